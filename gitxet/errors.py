@@ -1,0 +1,100 @@
+"""The gitxet exception tree.
+
+Errors carry data fields; user-facing wording lives in ``gitxet.cli``.
+
+    GitxetError
+    ├── FormatError                 malformed or truncated bytes (xorb, shard, pointer)
+    │   ├── XorbFormatError
+    │   ├── ShardFormatError
+    │   └── PointerFormatError
+    ├── IntegrityError              bytes whose hash does not match what names them
+    ├── NotFoundError               a xorb, shard, file or object that is not there
+    │   ├── XorbNotFoundError
+    │   └── FileNotFoundInCASError
+    ├── StoreError                  the local store cannot be used (locked, unwritable)
+    ├── RemoteError                 a CAS remote failed (HTTP status, connection)
+    │   └── AuthError               401/403
+    ├── GitError                    the git binary failed or the repo is unusable
+    └── ConfigError                 bad user configuration
+"""
+
+from __future__ import annotations
+
+
+class GitxetError(Exception):
+    """Base of every error gitxet raises on purpose."""
+
+
+class FormatError(GitxetError):
+    """Bytes that do not follow a format; ``what`` names the object, ``reason`` the defect."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(f"{what}: {reason}")
+        self.what = what
+        self.reason = reason
+
+
+class XorbFormatError(FormatError):
+    """A malformed or truncated xorb."""
+
+
+class ShardFormatError(FormatError):
+    """A malformed or truncated shard."""
+
+
+class PointerFormatError(FormatError):
+    """A malformed pointer file."""
+
+
+class IntegrityError(GitxetError):
+    """Data whose hash does not match its name: corruption or tampering."""
+
+    def __init__(self, kind: str, name: str, detail: str) -> None:
+        super().__init__(f"{kind} {name}: {detail}")
+        self.kind = kind
+        self.name = name
+        self.detail = detail
+
+
+class NotFoundError(GitxetError):
+    """Something addressed by hash or name is not present."""
+
+
+class XorbNotFoundError(NotFoundError):
+    """A xorb is missing from every store that was asked."""
+
+    def __init__(self, xorb_hex: str) -> None:
+        super().__init__(f"xorb {xorb_hex} not found")
+        self.xorb_hex = xorb_hex
+
+
+class FileNotFoundInCASError(NotFoundError):
+    """No reconstruction is known for a file hash."""
+
+    def __init__(self, file_hex: str) -> None:
+        super().__init__(f"no reconstruction for file {file_hex}")
+        self.file_hex = file_hex
+
+
+class StoreError(GitxetError):
+    """The local store cannot be used."""
+
+
+class RemoteError(GitxetError):
+    """A CAS remote failed."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class AuthError(RemoteError):
+    """The remote refused our credentials (401) or their scope (403)."""
+
+
+class GitError(GitxetError):
+    """The git binary failed or the repository is unusable."""
+
+
+class ConfigError(GitxetError):
+    """Bad user configuration."""

@@ -1,0 +1,144 @@
+"""Xet hashing: chunk, xorb (Merkle), file, verification and dedup-HMAC hashes.
+
+Every hash is 32 raw bytes. The "Xet hex" string form prints each 8-byte word as a
+little-endian u64, so it is *not* ``bytes.hex()``; see docs/internals/formats.md §1.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+
+import blake3
+
+HASH_LEN = 32
+ZERO_HASH = bytes(HASH_LEN)
+
+DATA_KEY = bytes(
+    [102, 151, 245, 119, 91, 149, 80, 222, 49, 53, 203, 172, 165, 151, 24, 28,
+     157, 228, 33, 16, 155, 235, 43, 88, 180, 208, 176, 75, 147, 173, 242, 41]
+)  # fmt: skip
+INTERNAL_NODE_KEY = bytes(
+    [1, 126, 197, 199, 165, 71, 41, 150, 253, 148, 102, 102, 180, 138, 2, 230,
+     93, 221, 83, 111, 55, 199, 109, 210, 248, 99, 82, 230, 74, 83, 113, 63]
+)  # fmt: skip
+VERIFICATION_KEY = bytes(
+    [127, 24, 87, 214, 206, 86, 237, 102, 18, 127, 249, 19, 231, 165, 195, 243,
+     164, 205, 38, 213, 181, 219, 73, 230, 65, 36, 152, 127, 40, 251, 148, 195]
+)  # fmt: skip
+FILE_SALT = ZERO_HASH
+
+_WORDS = struct.Struct("<4Q")
+_HEX_DIGITS = frozenset("0123456789abcdef")
+
+
+def to_hex(h: bytes) -> str:
+    """Xet hex form of a raw 32-byte hash."""
+    return "%016x%016x%016x%016x" % _WORDS.unpack(h)
+
+
+def from_hex(s: str) -> bytes:
+    """Parse a Xet hex string (64 lowercase hex digits) into raw bytes.
+
+    Raises:
+        ValueError: if ``s`` is not exactly 64 lowercase hex digits.
+    """
+    if len(s) != 64 or not _HEX_DIGITS.issuperset(s):
+        raise ValueError(f"not a 64-digit lowercase hex hash: {s[:80]!r}")
+    return _WORDS.pack(*(int(s[i : i + 16], 16) for i in range(0, 64, 16)))
+
+
+def is_hex(s: str) -> bool:
+    """True when ``s`` is a well-formed Xet hex hash."""
+    return len(s) == 64 and _HEX_DIGITS.issuperset(s)
+
+
+def last_word(h: bytes) -> int:
+    """The last 8 bytes as a LE u64: what modulo tests on a hash read."""
+    return int.from_bytes(h[24:32], "little")
+
+
+def truncated(h: bytes) -> int:
+    """The first 8 bytes as a LE u64: the shard lookup-table key."""
+    return int.from_bytes(h[0:8], "little")
+
+
+def sort_key(h: bytes) -> tuple[int, int, int, int]:
+    """xet-core's hash order (word tuple), which equals the order of Xet hex strings."""
+    return _WORDS.unpack(h)  # type: ignore[no-any-return]
+
+
+def chunk_hash(data: bytes | memoryview) -> bytes:
+    """Keyed BLAKE3 of a chunk's bytes."""
+    return blake3.blake3(data, key=DATA_KEY).digest()
+
+
+def _merge(group: Sequence[tuple[bytes, int]]) -> tuple[bytes, int]:
+    text = "".join(f"{to_hex(h)} : {s}\n" for h, s in group)
+    return blake3.blake3(text.encode("ascii"), key=INTERNAL_NODE_KEY).digest(), sum(
+        s for _, s in group
+    )
+
+
+def _group_len(nodes: Sequence[tuple[bytes, int]], i: int) -> int:
+    m = len(nodes) - i
+    if m <= 2:
+        return m
+    top = min(9, m)
+    for j in range(2, top):
+        if last_word(nodes[i + j][0]) % 4 == 0:
+            return j + 1
+    return top
+
+
+def merkle_root(entries: Sequence[tuple[bytes, int]]) -> bytes:
+    """Xet Merkle aggregation of (hash, size) pairs; the xorb hash of a xorb's chunks."""
+    nodes = list(entries)
+    if not nodes:
+        return ZERO_HASH
+    while len(nodes) > 1:
+        merged: list[tuple[bytes, int]] = []
+        i = 0
+        while i < len(nodes):
+            k = _group_len(nodes, i)
+            merged.append(_merge(nodes[i : i + k]))
+            i += k
+        nodes = merged
+    return nodes[0][0]
+
+
+xorb_hash = merkle_root
+
+
+def file_hash(entries: Sequence[tuple[bytes, int]], salt: bytes = FILE_SALT) -> bytes:
+    """File hash over its chunks' (hash, size) pairs; all zeros for an empty file."""
+    if not entries:
+        return ZERO_HASH
+    return blake3.blake3(merkle_root(entries), key=salt).digest()
+
+
+def verification_hash(chunk_hashes: Iterable[bytes]) -> bytes:
+    """Term verification ("range") hash over the raw chunk hashes of a term."""
+    return blake3.blake3(b"".join(chunk_hashes), key=VERIFICATION_KEY).digest()
+
+
+def protected_chunk_hash(key: bytes, h: bytes) -> bytes:
+    """Global-dedup HMAC of a chunk hash; an all-zero key means unprotected."""
+    if key == ZERO_HASH:
+        return h
+    return blake3.blake3(h, key=key).digest()
+
+
+def sha256_to_shard(sha256_hex: str) -> bytes:
+    """Stored form of a SHA-256 in a shard's metadata ext (each 8-byte word reversed)."""
+    return from_hex(sha256_hex)
+
+
+def sha256_from_shard(raw: bytes) -> str:
+    """Inverse of :func:`sha256_to_shard`: the familiar lowercase sha256 hex."""
+    return to_hex(raw)
+
+
+def is_global_dedup_eligible(h: bytes, first_in_file: bool) -> bool:
+    """Whether a chunk may be queried against the server's global dedup."""
+    return first_in_file or last_word(h) % 1024 == 0
