@@ -98,3 +98,11 @@ class GitError(GitxetError):
 
 class ConfigError(GitxetError):
     """Bad user configuration."""
+
+
+class XdrError(FormatError):
+    """Malformed or truncated XDR bytes (NFS / ONC RPC wire data)."""
+
+
+class RpcRecordError(FormatError):
+    """A broken ONC RPC record stream: bad fragment header or a record over the size cap."""
