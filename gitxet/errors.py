@@ -106,3 +106,50 @@ class XdrError(FormatError):
 
 class RpcRecordError(FormatError):
     """A broken ONC RPC record stream: bad fragment header or a record over the size cap."""
+
+
+class PktLineError(GitError):
+    """Broken pkt-line framing on a git pipe: bad length header, or EOF inside a packet/list."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"pkt-line: {reason}")
+        self.reason = reason
+
+
+class FilterProtocolError(GitError):
+    """git's long-running filter protocol was violated (handshake, capabilities, requests)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"filter protocol: {reason}")
+        self.reason = reason
+
+
+class FilterAbortError(GitError):
+    """Raised by a filter handler to answer ``status=abort``: git stops using that command."""
+
+
+class GitCommandError(GitError):
+    """A git command exited non-zero; ``stderr`` holds the first line of its error output."""
+
+    def __init__(self, args: list[str], returncode: int, stderr: str) -> None:
+        super().__init__(f"git {' '.join(args[:2])} failed ({returncode}): {stderr}")
+        self.args_ = args
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+class GitObjectNotFoundError(GitError):
+    """``git cat-file`` (or rev-parse) does not know the object name ``name``."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"git object {name} not found")
+        self.name = name
+
+
+class HookConflictError(GitError):
+    """A git hook exists that gitxet did not write; gitxet refuses to overwrite it."""
+
+    def __init__(self, hook: str, path: str) -> None:
+        super().__init__(f"{hook} hook at {path} was not written by gitxet")
+        self.hook = hook
+        self.path = path
