@@ -131,9 +131,9 @@ class FilterAbortError(GitError):
 class GitCommandError(GitError):
     """A git command exited non-zero; ``stderr`` holds the first line of its error output."""
 
-    def __init__(self, args: list[str], returncode: int, stderr: str) -> None:
-        super().__init__(f"git {' '.join(args[:2])} failed ({returncode}): {stderr}")
-        self.args_ = args
+    def __init__(self, argv: list[str], returncode: int, stderr: str) -> None:
+        super().__init__(f"git {' '.join(argv[:1])} failed ({returncode}): {stderr}")
+        self.argv = argv
         self.returncode = returncode
         self.stderr = stderr
 
