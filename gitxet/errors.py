@@ -153,3 +153,20 @@ class HookConflictError(GitError):
         super().__init__(f"{hook} hook at {path} was not written by gitxet")
         self.hook = hook
         self.path = path
+
+
+class MountError(GitxetError):
+    """A mount could not be started, checked or stopped.
+
+    ``reason`` says what went wrong; ``log_tail`` holds the mount daemon's last output lines when
+    there is a daemon to blame, and ``returncode`` its exit status when it exited.
+    """
+
+    def __init__(
+        self, mountpoint: str, reason: str, log_tail: str = "", returncode: int | None = None
+    ) -> None:
+        super().__init__(f"{mountpoint}: {reason}")
+        self.mountpoint = mountpoint
+        self.reason = reason
+        self.log_tail = log_tail
+        self.returncode = returncode
