@@ -1,0 +1,324 @@
+"""The NFSv3 + MOUNT server: listeners, connections, a bounded worker pool, lifecycle.
+
+Threads (all named ``gitxet-nfs-*``):
+
+* one acceptor, waiting on every listening socket plus a wake-up socket pair;
+* one reader per connection (at most ``max_connections``), which only reassembles records
+  and queues them, so a slow procedure never stops a connection from being read;
+* ``max_workers`` workers that run procedures and write replies. Replies on one connection
+  may leave out of order, which ONC RPC allows (the client matches them by xid). Each
+  connection has at most ``max_inflight`` queued or running calls, which bounds memory.
+
+``stop()`` closes the listeners, shuts every connection down (waking its reader), lets the
+workers finish what they hold and joins every thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import selectors
+import socket
+import threading
+from collections.abc import Callable
+from types import TracebackType
+
+from gitxet.errors import RpcRecordError
+from gitxet.mount.nfs.handle import FileHandles, fsid_for
+from gitxet.mount.nfs.mountd import MOUNT_PROGRAM, MOUNT_V3, MountService, normalize_export
+from gitxet.mount.nfs.nfs3 import NFS_PROGRAM, NFS_V3, RTMAX, NFS3Service
+from gitxet.mount.nfs.portmap import PMAP_PROGRAM, PMAP_V2, PortmapService
+from gitxet.mount.nfs.rpc import Dispatcher, RecordReader, frame_record
+from gitxet.vfs.nodes import ReadOnlyFS
+
+log = logging.getLogger(__name__)
+
+# The largest call we accept: a READ call is tiny, but a client may send a WRITE of up to
+# the advertised wtmax before learning the tree is read-only; keep generous headroom.
+MAX_RECORD = RTMAX + (64 << 10)
+
+
+class _Connection:
+    """One accepted TCP connection: its socket, reply lock and in-flight budget."""
+
+    def __init__(self, sock: socket.socket, peer: str, max_inflight: int) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.send_lock = threading.Lock()
+        self.inflight = threading.BoundedSemaphore(max_inflight)
+        self.closed = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def send(self, payload: bytes) -> None:
+        if self.closed.is_set():
+            return
+        try:
+            with self.send_lock:
+                self.sock.sendall(frame_record(payload))
+        except OSError as exc:
+            log.debug("send to %s failed: %s", self.peer, exc)
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """Wake the reader (its recv returns EOF) and refuse further sends."""
+        self.closed.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already disconnected
+
+
+class NFSServer:
+    """Serve a ``ReadOnlyFS`` over NFSv3 (with MOUNT v3 and a tiny PORTMAP) on TCP.
+
+    ``mount_port`` 0 picks a separate free port for MOUNT; ``None`` (or the same non-zero
+    port as ``nfs_port``) serves MOUNT on the NFS port. ``fsid`` identifies the export in
+    handles and attributes: pass one derived from the commit id (see ``handle.fsid_for``) so
+    handles survive restarts and are rejected by a server of another commit. The default
+    derives it from the export name and the root's inode and mtime.
+    """
+
+    def __init__(
+        self,
+        fs: ReadOnlyFS,
+        host: str = "127.0.0.1",
+        nfs_port: int = 0,
+        mount_port: int | None = 0,
+        export: str = "/",
+        *,
+        fsid: int | None = None,
+        max_workers: int = 8,
+        max_connections: int = 64,
+        max_inflight: int = 16,
+        max_record: int = MAX_RECORD,
+    ) -> None:
+        if max_workers < 1 or max_connections < 1 or max_inflight < 1:
+            raise ValueError("max_workers, max_connections and max_inflight must be positive")
+        self.fs = fs
+        self.host = host
+        self.export = normalize_export(export)
+        if fsid is None:
+            root = fs.getattr(fs.root_ino)
+            fsid = fsid_for(f"{self.export}\0{root.ino}\0{root.mtime_ns}")
+        self.handles = FileHandles(fsid)
+        self.max_workers = max_workers
+        self.max_connections = max_connections
+        self.max_inflight = max_inflight
+        self.max_record = max_record
+        self._want_nfs_port = nfs_port
+        self._shared = mount_port is None or (mount_port == nfs_port and nfs_port != 0)
+        self._want_mount_port = nfs_port if mount_port is None else mount_port
+        self.nfs = NFS3Service(fs, self.handles)
+        self.mountd = MountService(fs, self.handles, self.export)
+        self.portmap = PortmapService(self._port_table)
+        self.dispatcher = Dispatcher(
+            [self.nfs.program(), self.mountd.program(), self.portmap.program()]
+        )
+        self._listeners: list[socket.socket] = []
+        self._ports: tuple[int, int] = (0, 0)
+        self._threads: list[threading.Thread] = []
+        self._conns: set[_Connection] = set()
+        self._conns_lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._stopping = threading.Event()
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
+        self._started = False
+
+    # ---- public surface
+
+    @property
+    def nfs_port(self) -> int:
+        """TCP port of the NFS program (0 before ``start``)."""
+        return self._ports[0]
+
+    @property
+    def mount_port(self) -> int:
+        """TCP port of the MOUNT program (0 before ``start``)."""
+        return self._ports[1]
+
+    @property
+    def url(self) -> str:
+        """A libnfs URL for the export, with both ports so no portmapper is needed."""
+        host = self.host
+        if host in ("", "0.0.0.0"):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "[::1]"
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"nfs://{host}{self.export}?nfsport={self.nfs_port}&mountport={self.mount_port}"
+
+    def start(self) -> None:
+        """Bind, listen and start the threads; returns once the ports are known."""
+        if self._started:
+            raise RuntimeError("NFSServer already started")
+        self._started = True
+        try:
+            nfs_sock = self._listen(self._want_nfs_port)
+            mount_sock = nfs_sock if self._shared else self._listen(self._want_mount_port)
+        except OSError:
+            self._close_listeners()
+            raise
+        self._ports = (nfs_sock.getsockname()[1], mount_sock.getsockname()[1])
+        self._wake_r, self._wake_w = socket.socketpair()
+        for i in range(self.max_workers):
+            self._spawn(self._worker, f"gitxet-nfs-worker-{i}")
+        self._spawn(self._accept_loop, "gitxet-nfs-acceptor")
+        log.info("NFS server for %s on %s", self.export, self.url)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop serving and join every thread (waiting up to ``timeout`` s for each)."""
+        if not self._started or self._stopping.is_set():
+            return
+        self._stopping.set()
+        if self._wake_w is not None:
+            try:
+                self._wake_w.send(b"x")
+            except OSError:
+                pass
+        with self._conns_lock:
+            conns = list(self._conns)
+        for conn in conns:
+            conn.shutdown()
+        for _ in range(self.max_workers):
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning("%s did not finish within %.0f s", thread.name, timeout)
+        for conn in conns:
+            if conn.thread is not None:
+                conn.thread.join(timeout)
+        self._close_listeners()
+        for s in (self._wake_r, self._wake_w):
+            if s is not None:
+                s.close()
+        log.info("NFS server for %s stopped", self.export)
+
+    def __enter__(self) -> NFSServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # ---- internals
+
+    def _port_table(self) -> dict[tuple[int, int], int]:
+        return {
+            (NFS_PROGRAM, NFS_V3): self.nfs_port,
+            (MOUNT_PROGRAM, MOUNT_V3): self.mount_port,
+            (PMAP_PROGRAM, PMAP_V2): self.nfs_port,
+        }
+
+    def _listen(self, port: int) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, port))
+            sock.listen(64)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._listeners.append(sock)
+        return sock
+
+    def _close_listeners(self) -> None:
+        for sock in self._listeners:
+            sock.close()
+        self._listeners.clear()
+
+    def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        return thread
+
+    def _accept_loop(self) -> None:
+        assert self._wake_r is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._wake_r, selectors.EVENT_READ)
+            for sock in self._listeners:
+                sel.register(sock, selectors.EVENT_READ)
+            while not self._stopping.is_set():
+                for key, _ in sel.select():
+                    if key.fileobj is self._wake_r or self._stopping.is_set():
+                        return
+                    listener = key.fileobj
+                    assert isinstance(listener, socket.socket)
+                    self._accept(listener)
+
+    def _accept(self, listener: socket.socket) -> None:
+        try:
+            sock, addr = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            log.warning("accept failed: %s", exc)
+            return
+        peer = f"{addr[0]}:{addr[1]}"
+        with self._conns_lock:
+            if len(self._conns) >= self.max_connections:
+                log.warning("refusing %s: %d connections open", peer, len(self._conns))
+                sock.close()
+                return
+            sock.setblocking(True)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = _Connection(sock, peer, self.max_inflight)
+            conn.thread = threading.Thread(
+                target=self._read_loop, args=(conn,), name=f"gitxet-nfs-conn-{peer}", daemon=True
+            )
+            self._conns.add(conn)
+        log.debug("connection from %s", peer)
+        conn.thread.start()
+
+    def _read_loop(self, conn: _Connection) -> None:
+        reader = RecordReader(conn.sock.recv, self.max_record)
+        try:
+            while not conn.closed.is_set():
+                record = reader.read()
+                if record is None:
+                    break
+                # Wait for a free in-flight slot, but notice a shutdown meanwhile.
+                while not conn.inflight.acquire(timeout=0.2):
+                    if conn.closed.is_set():
+                        return
+                self._jobs.put(functools.partial(self._serve, conn, record))
+        except RpcRecordError as exc:
+            log.warning("closing %s: %s", conn.peer, exc)
+        except OSError as exc:
+            log.debug("connection %s: %s", conn.peer, exc)
+        finally:
+            conn.shutdown()
+            with conn.send_lock:
+                conn.sock.close()  # a late reply now fails with EBADF, which send() absorbs
+            with self._conns_lock:
+                self._conns.discard(conn)
+            log.debug("connection from %s closed", conn.peer)
+
+    def _serve(self, conn: _Connection, record: bytes) -> None:
+        try:
+            reply = self.dispatcher.handle_record(record, conn.peer)
+            if reply is not None:
+                conn.send(reply)
+        finally:
+            conn.inflight.release()
+
+    def _worker(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                job()
+            except Exception:
+                log.exception("NFS worker job failed")
