@@ -1,0 +1,45 @@
+"""Map gitxet errors to one clear line on stderr and an exit code (never a traceback)."""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+from gitxet import errors
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTEGRITY = 3
+EXIT_NOT_FOUND = 4
+EXIT_AUTH = 5
+
+
+def describe(exc: BaseException) -> tuple[str, int]:
+    """A one-line message and exit code for an exception."""
+    if isinstance(exc, errors.IntegrityError):
+        return f"integrity error: {exc} (the data is corrupt or was tampered with)", EXIT_INTEGRITY
+    if isinstance(exc, errors.AuthError):
+        return f"access denied: {exc}", EXIT_AUTH
+    if isinstance(exc, errors.NotFoundError):
+        return f"not found: {exc}", EXIT_NOT_FOUND
+    if isinstance(exc, errors.FormatError):
+        return f"malformed data: {exc}", EXIT_ERROR
+    if isinstance(exc, errors.GitxetError):
+        return str(exc), EXIT_ERROR
+    if isinstance(exc, FileNotFoundError):
+        return f"no such file: {exc.filename}", EXIT_NOT_FOUND
+    if isinstance(exc, IsADirectoryError):
+        return f"is a directory: {exc.filename}", EXIT_ERROR
+    if isinstance(exc, PermissionError):
+        return f"permission denied: {exc.filename}", EXIT_ERROR
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}", EXIT_ERROR
+    return f"internal error: {type(exc).__name__}: {exc}", EXIT_ERROR
+
+
+def fail(exc: BaseException) -> NoReturn:
+    """Print ``git-xet: <message>`` and exit with the mapped code."""
+    msg, code = describe(exc)
+    print(f"git-xet: {msg}", file=sys.stderr)
+    raise SystemExit(code)

@@ -1,0 +1,76 @@
+"""The ``git-xet`` command (``git xet ...``): assembly of the command groups only."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+import gitxet
+from gitxet.cli import _errors, plumbing
+
+app = typer.Typer(
+    name="git-xet",
+    help="Versioned datasets in git: content-defined chunks, dedup, lazy mounts.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version_text() -> str:
+    from gitxet import chunking
+
+    return f"git-xet {gitxet.__version__} (chunker: {chunking.IMPLEMENTATION})"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(_version_text())
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Show version and chunker."),
+    ] = False,
+) -> None:
+    """Versioned datasets in git: content-defined chunks, dedup, lazy mounts."""
+
+
+plumbing.register(app)
+
+
+def main() -> None:
+    """Entry point: run the app, turning every error into one line and an exit code."""
+    if os.environ.get("GITXET_TRACEBACK") == "1":
+        app()
+        return
+    try:
+        rc = app(standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            raise SystemExit(rc)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        print("git-xet: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except typer.Exit as e:
+        raise SystemExit(e.exit_code) from None
+    except typer.Abort:
+        print("git-xet: aborted", file=sys.stderr)
+        raise SystemExit(1) from None
+    except BrokenPipeError:
+        raise SystemExit(141) from None
+    except Exception as e:  # noqa: BLE001 - the CLI boundary: one line, never a traceback
+        show = getattr(e, "show", None)
+        code = getattr(e, "exit_code", None)
+        if callable(show) and isinstance(code, int):  # click/typer usage errors
+            show()
+            raise SystemExit(code) from None
+        _errors.fail(e)

@@ -1,0 +1,51 @@
+"""Plumbing commands: ``hash``."""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gitxet.cli import _errors
+
+
+def register(app: typer.Typer) -> None:
+    app.command("hash")(hash_cmd)
+
+
+def hash_cmd(
+    paths: Annotated[list[Path], typer.Argument(help="Files to hash ('-' for stdin).")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per file.")] = False,
+) -> None:
+    """Print the Xet file hash of each file, like sha256sum (identical to hf_xet's)."""
+    import sys
+
+    from gitxet.chunking.pipeline import digest_stream
+    from gitxet.hashing import to_hex
+
+    failed = False
+    with ThreadPoolExecutor(3, thread_name_prefix="gitxet-hash") as ex:
+        for p in paths:
+            try:
+                if str(p) == "-":
+                    d = digest_stream(sys.stdin.buffer, ex)
+                else:
+                    if os.path.isdir(p):
+                        raise IsADirectoryError(21, "Is a directory", str(p))
+                    with open(p, "rb") as f:
+                        d = digest_stream(f, ex)
+            except OSError as e:
+                msg, _ = _errors.describe(e)
+                typer.echo(f"git-xet: {msg}", err=True)
+                failed = True
+                continue
+            if as_json:
+                typer.echo(json.dumps({"path": str(p), "hash": to_hex(d.hash), "size": d.size, "chunks": d.chunks}))
+            else:
+                typer.echo(f"{to_hex(d.hash)}  {p}")
+    if failed:
+        raise typer.Exit(1)

@@ -1,0 +1,228 @@
+"""Ingest ("clean"): stream -> chunks -> dedup -> new xorbs -> file reconstruction in a shard.
+
+Memory stays bounded whatever the file size: the stream is read in blocks, and only the
+pending xorb (≤ 64 MiB, the protocol's limit) is held until it is written. A file's chunks
+are matched, in order, against chunks already produced in this session and against the
+store's chunk index; runs of consecutive chunks in one xorb become one term.
+
+Nothing is visible in the store until :meth:`Ingestor.flush` has written every new xorb
+and then the shard that references them (each atomically), so a killed ingest leaves at
+worst unreferenced xorbs, never a shard pointing at a missing xorb.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from gitxet.chunking.pipeline import ChunkStream
+from gitxet.formats import shard as shardfmt
+from gitxet.formats import xorb as xorbfmt
+from gitxet.hashing import verification_hash
+from gitxet.store.cas import LocalCAS
+
+# A term refers either to a stored xorb (its hash) or to a xorb still being built (its
+# session-local number), resolved when that xorb is cut.
+XorbRef = bytes | int
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What ingesting one file produced."""
+
+    file_hash: bytes
+    size: int
+    sha256: str
+    chunks: int
+    new_bytes: int  # bytes of chunks that were not stored before
+    reused_bytes: int  # bytes deduplicated against the store or this session
+
+
+@dataclass
+class _Term:
+    xorb: XorbRef
+    start: int
+    end: int
+    nbytes: int
+
+
+@dataclass
+class _PendingXorb:
+    number: int
+    chunks: list[bytes] = field(default_factory=list)
+    hashes: list[bytes] = field(default_factory=list)
+    nbytes: int = 0
+
+
+@dataclass
+class _PendingFile:
+    file_hash: bytes
+    sha256: str
+    terms: list[_Term]
+    chunk_hashes: list[bytes]
+
+
+class Ingestor:
+    """Turns streams into stored xorbs and shards in a :class:`LocalCAS`."""
+
+    def __init__(
+        self,
+        cas: LocalCAS,
+        *,
+        executor: Executor | None = None,
+        max_xorb_bytes: int = xorbfmt.MAX_XORB_BYTES,
+        max_xorb_chunks: int = xorbfmt.MAX_XORB_CHUNKS,
+    ) -> None:
+        self.cas = cas
+        self._own_executor = executor is None
+        self._executor: Executor = executor or ThreadPoolExecutor(3, thread_name_prefix="gitxet-ingest")
+        self._max_bytes = max_xorb_bytes
+        self._max_chunks = max_xorb_chunks
+        self._session: dict[bytes, tuple[XorbRef, int]] = {}
+        self._resolved: dict[int, bytes] = {}
+        self._next_number = 0
+        self._pending = self._new_pending()
+        self._new_xorbs: list[xorbfmt.SerializedXorb] = []
+        self._files: list[_PendingFile] = []
+
+    def _new_pending(self) -> _PendingXorb:
+        self._next_number += 1
+        return _PendingXorb(self._next_number)
+
+    def close(self) -> None:
+        if self._own_executor:
+            self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> Ingestor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- chunk placement -----------------------------------------------------------------
+
+    def _cut(self) -> None:
+        p = self._pending
+        if not p.chunks:
+            return
+        sx = xorbfmt.serialize_xorb(p.chunks, chunk_hashes=p.hashes)
+        self.cas.put_serialized(sx)
+        self._new_xorbs.append(sx)
+        self._resolved[p.number] = sx.hash
+        self._pending = self._new_pending()
+
+    def _place_new(self, data: bytes, h: bytes) -> tuple[XorbRef, int]:
+        p = self._pending
+        if p.chunks and (
+            p.nbytes + len(data) > self._max_bytes or len(p.chunks) >= self._max_chunks
+        ):
+            self._cut()
+            p = self._pending
+        p.chunks.append(data)
+        p.hashes.append(h)
+        p.nbytes += len(data)
+        return p.number, len(p.chunks) - 1
+
+    # ---- files ---------------------------------------------------------------------------
+
+    def add_stream(self, stream: BinaryIO, progress: Progress | None = None) -> IngestResult:
+        """Chunk, dedup and stage one file; call :meth:`flush` to make it durable."""
+        cs = ChunkStream(stream, executor=self._executor, sha256=True)
+        terms: list[_Term] = []
+        chunk_hashes: list[bytes] = []
+        new_bytes = reused = 0
+        for block in cs:
+            unknown = [h for h in block.hashes if h not in self._session]
+            known = self.cas.lookup_chunks(unknown) if unknown else {}
+            for data, h in zip(block.chunks, block.hashes, strict=True):
+                n = len(data)
+                loc: tuple[XorbRef, int] | None = self._session.get(h) or known.get(h)
+                if loc is None:
+                    loc = self._place_new(bytes(data), h)
+                    new_bytes += n
+                else:
+                    reused += n
+                self._session[h] = loc
+                chunk_hashes.append(h)
+                ref, idx = loc
+                last = terms[-1] if terms else None
+                if last is not None and last.xorb == ref and last.end == idx:
+                    last.end += 1
+                    last.nbytes += n
+                else:
+                    terms.append(_Term(ref, idx, idx + 1, n))
+            if progress is not None:
+                progress(sum(len(c) for c in block.chunks))
+        result = IngestResult(
+            cs.file_hash, cs.size, cs.sha256, len(chunk_hashes), new_bytes, reused
+        )
+        self._files.append(_PendingFile(cs.file_hash, cs.sha256, terms, chunk_hashes))
+        return result
+
+    def add_path(self, path: str, progress: Progress | None = None) -> IngestResult:
+        with open(path, "rb") as f:
+            return self.add_stream(f, progress)
+
+    def _resolve(self, ref: XorbRef) -> bytes:
+        return ref if isinstance(ref, bytes) else self._resolved[ref]
+
+    def flush(self) -> str | None:
+        """Write the pending xorb and a shard for every file staged since the last flush.
+
+        Returns the shard's name, or None when nothing was staged.
+        """
+        self._cut()
+        if not self._files and not self._new_xorbs:
+            return None
+        infos: list[shardfmt.FileInfo] = []
+        for f in self._files:
+            terms: list[shardfmt.FileTerm] = []
+            verification: list[bytes] = []
+            pos = 0
+            for t in f.terms:
+                terms.append(shardfmt.FileTerm(self._resolve(t.xorb), t.start, t.end, t.nbytes))
+                count = t.end - t.start
+                verification.append(verification_hash(f.chunk_hashes[pos : pos + count]))
+                pos += count
+            sha = shardfmt.sha256_to_stored(f.sha256) if f.terms else bytes(32)
+            infos.append(shardfmt.FileInfo(f.file_hash, terms, verification, sha))
+        xorbs = [
+            shardfmt.XorbInfo(
+                sx.hash,
+                _chunk_entries(sx),
+                sum(sx.chunk_sizes),
+                0,
+            )
+            for sx in self._new_xorbs
+        ]
+        data = shardfmt.upload_shard_for(infos, xorbs)
+        name = self.cas.put_shard(data)
+        # Chunks of this session now live in stored xorbs: keep them addressable by hash.
+        for h, (ref, idx) in list(self._session.items()):
+            if isinstance(ref, int):
+                self._session[h] = (self._resolved[ref], idx)
+        self._files.clear()
+        self._new_xorbs.clear()
+        return name
+
+
+def _chunk_entries(sx: xorbfmt.SerializedXorb) -> list[shardfmt.XorbChunk]:
+    out: list[shardfmt.XorbChunk] = []
+    pos = 0
+    for h, s in zip(sx.chunk_hashes, sx.chunk_sizes, strict=True):
+        out.append(shardfmt.XorbChunk(h, pos, s))
+        pos += s
+    return out
+
+
+def ingest_paths(cas: LocalCAS, paths: list[str]) -> list[IngestResult]:
+    """Ingest files into ``cas`` and flush once (a convenience for tools and tests)."""
+    with Ingestor(cas) as ing:
+        results = [ing.add_path(os.fspath(p)) for p in paths]
+        ing.flush()
+    return results

@@ -1,0 +1,205 @@
+"""Reconstruct ("smudge"): a file hash -> its bytes, whole or by random-access ranges.
+
+A file is a list of terms (xorb, chunk range). :class:`FileReader` maps a byte range onto
+the terms and chunks it touches and asks its :class:`ChunkSource` for just those chunks, so
+a 4 KiB read of a 100 GiB file decodes one chunk. Decoded chunks are kept in a small LRU
+shared by all readers of a :class:`ChunkCache`, which makes sequential reads cheap.
+
+Integrity: a source returns only chunks verified against their hashes, and a reader checks,
+before serving anything, that the chunk hashes its terms name Merkle-hash to the file hash,
+so wrong bytes are never returned: corruption raises :class:`IntegrityError`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO, Protocol
+
+from gitxet.errors import FileNotFoundInCASError, IntegrityError
+from gitxet.formats.shard import FileInfo, FileTerm
+from gitxet.hashing import ZERO_HASH, file_hash, to_hex, verification_hash
+
+
+class Layout(Protocol):
+    """Chunk positions of a xorb (see ``gitxet.store.cas.XorbLayout``)."""
+
+    @property
+    def chunk_hashes(self) -> tuple[bytes, ...]: ...
+
+    @property
+    def data_offsets(self) -> tuple[int, ...]: ...
+
+
+class ChunkSource(Protocol):
+    """Where verified chunks come from: the local store, or a cache over a remote."""
+
+    def file_info(self, file_hash: bytes) -> FileInfo | None: ...
+
+    def layout(self, xorb_hash: bytes) -> Layout: ...
+
+    def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]: ...
+
+
+class ChunkCache:
+    """A byte-bounded LRU of decoded chunks keyed by (xorb, index); thread-safe."""
+
+    def __init__(self, max_bytes: int = 64 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[bytes, int], bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple[bytes, int]) -> bytes | None:
+        with self._lock:
+            v = self._items.get(key)
+            if v is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return v
+
+    def put(self, key: tuple[bytes, int], value: bytes) -> None:
+        if len(value) > self.max_bytes:
+            return
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old)
+            self._items[key] = value
+            self._bytes += len(value)
+            while self._bytes > self.max_bytes:
+                _, v = self._items.popitem(last=False)
+                self._bytes -= len(v)
+
+
+@dataclass(frozen=True, slots=True)
+class _Span:
+    term: FileTerm
+    offset: int  # file offset where the term starts
+
+
+class FileReader:
+    """Random-access reads of one file from a :class:`ChunkSource`."""
+
+    def __init__(
+        self,
+        source: ChunkSource,
+        file_hash_: bytes,
+        *,
+        cache: ChunkCache | None = None,
+        verify: bool = True,
+    ) -> None:
+        self.source = source
+        self.file_hash = file_hash_
+        self.cache = cache if cache is not None else ChunkCache(16 << 20)
+        info = None if file_hash_ == ZERO_HASH else source.file_info(file_hash_)
+        if info is None and file_hash_ != ZERO_HASH:
+            raise FileNotFoundInCASError(to_hex(file_hash_))
+        self.info = info
+        terms = info.terms if info is not None else []
+        self._spans: list[_Span] = []
+        self._starts: list[int] = []
+        pos = 0
+        for t in terms:
+            self._spans.append(_Span(t, pos))
+            self._starts.append(pos)
+            pos += t.unpacked_bytes
+        self.size = pos
+        if verify and info is not None:
+            self._verify_structure(info)
+
+    def _verify_structure(self, info: FileInfo) -> None:
+        """Check the terms against xorb layouts and the file hash, before reading data."""
+        entries: list[tuple[bytes, int]] = []
+        for i, t in enumerate(info.terms):
+            lay = self.source.layout(t.xorb_hash)
+            hx = to_hex(t.xorb_hash)
+            if not 0 <= t.chunk_start < t.chunk_end <= len(lay.chunk_hashes):
+                raise IntegrityError("xorb", hx, f"has no chunks {t.chunk_start}..{t.chunk_end}")
+            offs = lay.data_offsets
+            if offs[t.chunk_end] - offs[t.chunk_start] != t.unpacked_bytes:
+                raise IntegrityError("xorb", hx, "term length disagrees with the xorb")
+            hashes = lay.chunk_hashes[t.chunk_start : t.chunk_end]
+            if info.verification is not None and verification_hash(hashes) != info.verification[i]:
+                raise IntegrityError("xorb", hx, f"term {i} fails its verification hash")
+            entries.extend(
+                (h, offs[k + 1] - offs[k])
+                for k, h in zip(range(t.chunk_start, t.chunk_end), hashes, strict=True)
+            )
+        if file_hash(entries) != self.file_hash:
+            raise IntegrityError("file", to_hex(self.file_hash), "chunks do not hash to the file hash")
+
+    def _chunks(self, xorb: bytes, start: int, end: int) -> list[bytes]:
+        """Chunks [start, end) of a xorb, from the cache where possible."""
+        out: list[bytes | None] = [self.cache.get((xorb, i)) for i in range(start, end)]
+        i = 0
+        while i < len(out):
+            if out[i] is not None:
+                i += 1
+                continue
+            j = i
+            while j < len(out) and out[j] is None:
+                j += 1
+            fetched = self.source.read_chunks(xorb, start + i, start + j)
+            for k, c in enumerate(fetched):
+                out[i + k] = c
+                self.cache.put((xorb, start + i + k), c)
+            i = j
+        return [c for c in out if c is not None]
+
+    def read(self, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes at ``offset`` (short only at end of file)."""
+        if offset < 0 or size < 0:
+            raise ValueError("negative offset or size")
+        end = min(self.size, offset + size)
+        if offset >= end:
+            return b""
+        parts: list[bytes] = []
+        k = bisect.bisect_right(self._starts, offset) - 1
+        pos = offset
+        while pos < end:
+            span = self._spans[k]
+            t = span.term
+            lay = self.source.layout(t.xorb_hash)
+            offs = lay.data_offsets
+            base = offs[t.chunk_start]
+            # positions inside the xorb's decoded data
+            lo = base + (pos - span.offset)
+            hi = base + min(end - span.offset, t.unpacked_bytes)
+            c0 = bisect.bisect_right(offs, lo, t.chunk_start, t.chunk_end) - 1
+            c1 = bisect.bisect_left(offs, hi, t.chunk_start, t.chunk_end + 1)
+            data = b"".join(self._chunks(t.xorb_hash, c0, c1))
+            skip = lo - offs[c0]
+            parts.append(data[skip : skip + (hi - lo)])
+            pos += hi - lo
+            k += 1
+        return b"".join(parts)
+
+    def iter_blocks(self, block_size: int = 8 << 20) -> Iterator[bytes]:
+        """The whole file in blocks of about ``block_size`` bytes, in order."""
+        for span in self._spans:
+            t = span.term
+            lay = self.source.layout(t.xorb_hash)
+            offs = lay.data_offsets
+            i = t.chunk_start
+            while i < t.chunk_end:
+                j = i + 1
+                while j < t.chunk_end and offs[j + 1] - offs[i] <= block_size:
+                    j += 1
+                yield b"".join(self.source.read_chunks(t.xorb_hash, i, j))
+                i = j
+
+    def copy_to(self, out: BinaryIO) -> int:
+        """Write the whole file to ``out``; returns the byte count."""
+        n = 0
+        for block in self.iter_blocks():
+            out.write(block)
+            n += len(block)
+        return n

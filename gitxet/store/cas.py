@@ -1,0 +1,400 @@
+"""The local content-addressed store: xorbs, shards and the indexes over them.
+
+Layout under ``root`` (the same for a repository's cache ``.git/xet`` and for the embedded
+remote ``<remote>/xet``)::
+
+    xorbs/<2 hex>/<xorb hex>      xorb body + CasObjectInfo footer (chunk hashes and offsets)
+    shards/<shard hex>.shard      shards exactly as uploaded (the source of truth for files)
+    index.sqlite                  file -> shard and chunk -> (xorb, index); rebuildable
+    tmp/, locks/
+
+Every write is atomic (temp + fsync + rename), so a killed writer leaves nothing half
+written; shards are only accepted once every xorb they reference is present, so a store
+never references a missing xorb. Reads verify: a xorb's footer must Merkle-hash to the
+xorb's name, and every chunk read must hash to the footer's entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from gitxet.errors import (
+    FormatError,
+    IntegrityError,
+    ShardFormatError,
+    StoreError,
+    XorbNotFoundError,
+)
+from gitxet.formats import shard as shardfmt
+from gitxet.formats import xorb as xorbfmt
+from gitxet.hashing import chunk_hash, merkle_root, to_hex
+from gitxet.store.atomic import atomic_write, atomic_writer
+from gitxet.store.locking import file_lock
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS files (hash BLOB PRIMARY KEY, shard TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS chunks (
+    hash BLOB PRIMARY KEY, xorb BLOB NOT NULL, idx INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class XorbLayout:
+    """Where each chunk of a stored xorb is: verified against the xorb hash."""
+
+    xorb_hash: bytes
+    chunk_hashes: tuple[bytes, ...]
+    byte_offsets: tuple[int, ...]  # n+1 offsets of serialized chunks in the body
+    data_offsets: tuple[int, ...]  # n+1 offsets of the chunks in the decoded data
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.chunk_hashes)
+
+    @property
+    def body_size(self) -> int:
+        return self.byte_offsets[-1]
+
+    @property
+    def data_size(self) -> int:
+        return self.data_offsets[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """Counts and on-disk bytes of a store."""
+
+    xorbs: int
+    xorb_bytes: int
+    shards: int
+    shard_bytes: int
+
+
+class LocalCAS:
+    """A content-addressed store in one directory; safe for concurrent processes."""
+
+    def __init__(self, root: str, *, durable: bool = True) -> None:
+        self.root = os.path.abspath(root)
+        self.durable = durable
+        self._layouts: OrderedDict[bytes, XorbLayout] = OrderedDict()
+        self._shard_cache: OrderedDict[str, shardfmt.Shard] = OrderedDict()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        try:
+            for d in ("xorbs", "shards", "tmp", "locks"):
+                os.makedirs(os.path.join(self.root, d), exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create store at {self.root}: {e.strerror}") from None
+
+    # ---- paths -------------------------------------------------------------------------
+
+    def xorb_path(self, xorb_hash: bytes) -> str:
+        hx = to_hex(xorb_hash)
+        return os.path.join(self.root, "xorbs", hx[:2], hx)
+
+    def shard_path(self, name: str) -> str:
+        return os.path.join(self.root, "shards", name + ".shard")
+
+    def _lock_path(self, name: str) -> str:
+        return os.path.join(self.root, "locks", name)
+
+    # ---- index ---------------------------------------------------------------------------
+
+    def _db(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            path = os.path.join(self.root, "index.sqlite")
+            fresh = not os.path.exists(path)
+            conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            self._local.conn = conn
+            if fresh:
+                self.rebuild_index()
+        return conn
+
+    def close(self) -> None:
+        """Close this thread's index connection (others close when their thread ends)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def rebuild_index(self) -> int:
+        """Re-index every shard on disk (the index is a cache of the shards); returns a count."""
+        names = list(self.shard_names())
+        for name in names:
+            with contextlib.suppress(FormatError, OSError):
+                self._index_shard(name, self._load_shard(name))
+        return len(names)
+
+    def _index_shard(self, name: str, shard: shardfmt.Shard) -> None:
+        db = self._db()
+        with db:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany(
+                "INSERT OR IGNORE INTO files(hash, shard) VALUES (?, ?)",
+                ((f.file_hash, name) for f in shard.files),
+            )
+            db.executemany(
+                "INSERT OR IGNORE INTO chunks(hash, xorb, idx) VALUES (?, ?, ?)",
+                ((c.hash, x.xorb_hash, i) for x in shard.xorbs for i, c in enumerate(x.chunks)),
+            )
+            db.execute("INSERT OR IGNORE INTO shards(name) VALUES (?)", (name,))
+
+    def lookup_chunk(self, h: bytes) -> tuple[bytes, int] | None:
+        """(xorb hash, chunk index) of a stored chunk, for dedup."""
+        row = self._db().execute("SELECT xorb, idx FROM chunks WHERE hash = ?", (h,)).fetchone()
+        return (bytes(row[0]), int(row[1])) if row else None
+
+    def lookup_chunks(self, hashes: Sequence[bytes]) -> dict[bytes, tuple[bytes, int]]:
+        """Batch :meth:`lookup_chunk` for the hashes that are known."""
+        out: dict[bytes, tuple[bytes, int]] = {}
+        db = self._db()
+        for i in range(0, len(hashes), 500):
+            part = hashes[i : i + 500]
+            q = "SELECT hash, xorb, idx FROM chunks WHERE hash IN (%s)" % ",".join("?" * len(part))
+            for h, x, idx in db.execute(q, part):
+                out[bytes(h)] = (bytes(x), int(idx))
+        return out
+
+    # ---- xorbs ---------------------------------------------------------------------------
+
+    def has_xorb(self, xorb_hash: bytes) -> bool:
+        return os.path.exists(self.xorb_path(xorb_hash))
+
+    def put_serialized(self, sx: xorbfmt.SerializedXorb) -> bool:
+        """Store a xorb built by our own serializer (hash already computed); False if present."""
+        path = self.xorb_path(sx.hash)
+        if os.path.exists(path):
+            return False
+        footer = sx.footer()
+        with atomic_writer(path, durable=self.durable) as f:
+            f.write(sx.body)
+            f.write(footer)
+        return True
+
+    def put_xorb(self, xorb_hash: bytes, data: bytes) -> bool:
+        """Verify and store a xorb received from elsewhere (footer optional); False if present.
+
+        Raises:
+            XorbFormatError: the bytes are not a xorb.
+            IntegrityError: the chunks do not hash to ``xorb_hash``.
+        """
+        if self.has_xorb(xorb_hash):
+            return False
+        body, _ = xorbfmt.split_footer(data)
+        parsed = xorbfmt.verify_xorb(body, xorb_hash)
+        ends: list[int] = []
+        total = 0
+        for size in parsed.chunk_sizes:
+            total += size
+            ends.append(total)
+        footer = xorbfmt.build_footer(xorb_hash, parsed.chunk_hashes, parsed.byte_offsets[1:], ends)
+        with atomic_writer(self.xorb_path(xorb_hash), durable=self.durable) as f:
+            f.write(body)
+            f.write(footer)
+        return True
+
+    def _read_file(self, xorb_hash: bytes) -> bytes:
+        try:
+            with open(self.xorb_path(xorb_hash), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise XorbNotFoundError(to_hex(xorb_hash)) from None
+
+    def layout(self, xorb_hash: bytes) -> XorbLayout:
+        """Chunk layout of a stored xorb, read from its footer and verified against its hash."""
+        with self._lock:
+            cached = self._layouts.get(xorb_hash)
+            if cached is not None:
+                self._layouts.move_to_end(xorb_hash)
+                return cached
+        path = self.xorb_path(xorb_hash)
+        hx = to_hex(xorb_hash)
+        try:
+            # mmap: split_footer reads only the trailer, so this costs O(footer), not O(xorb)
+            with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                mv = memoryview(m)
+                try:
+                    _, footer = xorbfmt.split_footer(mv)
+                except FormatError as e:
+                    raise IntegrityError("xorb", hx, f"damaged footer ({e.reason})") from None
+                finally:
+                    mv.release()
+        except FileNotFoundError:
+            raise XorbNotFoundError(hx) from None
+        except ValueError:  # mmap of an empty file
+            raise IntegrityError("xorb", hx, "empty file") from None
+        if footer is None:
+            raise IntegrityError("xorb", hx, "stored without its chunk index footer")
+        sizes = [b - a for a, b in zip((0, *footer.uncompressed_ends), footer.uncompressed_ends, strict=False)]
+        if footer.xorb_hash != xorb_hash or merkle_root(
+            list(zip(footer.chunk_hashes, sizes, strict=True))
+        ) != xorb_hash:
+            raise IntegrityError("xorb", hx, "chunk index does not match the xorb hash")
+        lay = XorbLayout(
+            xorb_hash,
+            tuple(footer.chunk_hashes),
+            (0, *footer.byte_ends),
+            (0, *footer.uncompressed_ends),
+        )
+        with self._lock:
+            self._layouts[xorb_hash] = lay
+            if len(self._layouts) > 4096:
+                self._layouts.popitem(last=False)
+        return lay
+
+    def read_raw_range(self, xorb_hash: bytes, start: int, end: int) -> bytes:
+        """Serialized bytes (headers included) of chunks ``[start, end)``, unverified."""
+        lay = self.layout(xorb_hash)
+        if not 0 <= start < end <= lay.num_chunks:
+            raise IndexError(f"chunk range [{start}, {end}) outside xorb of {lay.num_chunks} chunks")
+        a, b = lay.byte_offsets[start], lay.byte_offsets[end]
+        fd = os.open(self.xorb_path(xorb_hash), os.O_RDONLY)
+        try:
+            data = os.pread(fd, b - a, a)
+        finally:
+            os.close(fd)
+        if len(data) != b - a:
+            raise IntegrityError("xorb", to_hex(xorb_hash), "truncated on disk")
+        return data
+
+    def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
+        """Decoded chunks ``[start, end)``, each verified against its hash."""
+        raw = self.read_raw_range(xorb_hash, start, end)
+        lay = self.layout(xorb_hash)
+        hx = to_hex(xorb_hash)
+        try:
+            chunks = xorbfmt.decode_chunks(raw, expected_count=end - start)
+        except FormatError as e:
+            raise IntegrityError("xorb", hx, f"chunks {start}..{end} unreadable ({e.reason})") from None
+        for i, c in enumerate(chunks):
+            if chunk_hash(c) != lay.chunk_hashes[start + i]:
+                raise IntegrityError("xorb", hx, f"chunk {start + i} does not match its hash")
+        return chunks
+
+    def xorb_body(self, xorb_hash: bytes) -> bytes:
+        """The whole serialized xorb without footer (what is uploaded), verified."""
+        lay = self.layout(xorb_hash)
+        data = self._read_file(xorb_hash)
+        body = data[: lay.body_size]
+        chunks = xorbfmt.decode_chunks(body)
+        if [chunk_hash(c) for c in chunks] != list(lay.chunk_hashes):
+            raise IntegrityError("xorb", to_hex(xorb_hash), "content does not match its hash")
+        return body
+
+    def xorb_hashes(self) -> Iterator[bytes]:
+        """Every xorb on disk."""
+        from gitxet.hashing import from_hex, is_hex
+
+        base = os.path.join(self.root, "xorbs")
+        for sub in sorted(os.listdir(base)):
+            d = os.path.join(base, sub)
+            if not os.path.isdir(d):
+                continue
+            for name in sorted(os.listdir(d)):
+                if is_hex(name):
+                    yield from_hex(name)
+
+    # ---- shards --------------------------------------------------------------------------
+
+    def shard_names(self) -> Iterator[str]:
+        for name in sorted(os.listdir(os.path.join(self.root, "shards"))):
+            if name.endswith(".shard") and not name.startswith("."):
+                yield name[: -len(".shard")]
+
+    def has_shard(self, name: str) -> bool:
+        return os.path.exists(self.shard_path(name))
+
+    def shard_bytes(self, name: str) -> bytes:
+        with open(self.shard_path(name), "rb") as f:
+            return f.read()
+
+    def _load_shard(self, name: str) -> shardfmt.Shard:
+        with self._lock:
+            s = self._shard_cache.get(name)
+            if s is not None:
+                self._shard_cache.move_to_end(name)
+                return s
+        s = shardfmt.parse_shard(self.shard_bytes(name))
+        with self._lock:
+            self._shard_cache[name] = s
+            if len(self._shard_cache) > 64:
+                self._shard_cache.popitem(last=False)
+        return s
+
+    def put_shard(self, data: bytes) -> str:
+        """Validate, store and index a shard; every xorb it references must be present.
+
+        Returns the shard's name (Xet hex of its content hash).
+        """
+        shard = shardfmt.parse_shard(data)
+        missing = sorted(
+            {t.xorb_hash for f in shard.files for t in f.terms} | {x.xorb_hash for x in shard.xorbs}
+        )
+        missing = [x for x in missing if not self.has_xorb(x)]
+        if missing:
+            raise ShardFormatError("shard", f"references missing xorb {to_hex(missing[0])}")
+        name = to_hex(chunk_hash(data))
+        path = self.shard_path(name)
+        if not os.path.exists(path):
+            atomic_write(path, data, durable=self.durable)
+        self._index_shard(name, shard)
+        return name
+
+    def file_info(self, file_hash: bytes) -> shardfmt.FileInfo | None:
+        """The reconstruction of a file, if some stored shard describes it."""
+        row = self._db().execute("SELECT shard FROM files WHERE hash = ?", (file_hash,)).fetchone()
+        if row is None:
+            return None
+        for f in self._load_shard(str(row[0])).files:
+            if f.file_hash == file_hash:
+                return f
+        return None
+
+    def xorbs_for_files(self, file_hashes: Iterable[bytes]) -> set[bytes]:
+        """Every xorb the given files' reconstructions reference (files unknown are skipped)."""
+        out: set[bytes] = set()
+        for fh in file_hashes:
+            info = self.file_info(fh)
+            if info is not None:
+                out.update(t.xorb_hash for t in info.terms)
+        return out
+
+    def shards_for_files(self, file_hashes: Iterable[bytes]) -> set[str]:
+        """Names of the shards that describe the given files."""
+        db = self._db()
+        out: set[str] = set()
+        for fh in file_hashes:
+            row = db.execute("SELECT shard FROM files WHERE hash = ?", (fh,)).fetchone()
+            if row is not None:
+                out.add(str(row[0]))
+        return out
+
+    # ---- misc ----------------------------------------------------------------------------
+
+    def lock(self, name: str = "store", *, shared: bool = False) -> contextlib.AbstractContextManager[None]:
+        """A cross-process lock scoped to this store."""
+        return file_lock(self._lock_path(name), shared=shared)
+
+    def stats(self) -> StoreStats:
+        xorbs = xorb_bytes = 0
+        for h in self.xorb_hashes():
+            xorbs += 1
+            xorb_bytes += os.path.getsize(self.xorb_path(h))
+        shards = shard_bytes = 0
+        for n in self.shard_names():
+            shards += 1
+            shard_bytes += os.path.getsize(self.shard_path(n))
+        return StoreStats(xorbs, xorb_bytes, shards, shard_bytes)
