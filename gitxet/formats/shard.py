@@ -51,15 +51,19 @@ __all__ = [
     "ShardFooter",
     "XorbChunk",
     "XorbInfo",
+    "collect_upload_shard",
     "dedup_response_shard",
     "make_file_info",
     "parse_shard",
     "protect_xorbs",
     "serialize_shard",
     "serialize_stored_shard",
+    "sha256_from_stored",
+    "sha256_to_stored",
     "shard_size",
     "split_shard",
     "upload_shard_for",
+    "upload_shards_for",
 ]
 
 #: The 32-byte magic at the start of every shard.
@@ -147,7 +151,7 @@ class FileInfo:
     @property
     def sha256_hex(self) -> str | None:
         """The SHA-256 as normal lowercase hex, or ``None``."""
-        return None if self.sha256 is None else sha256_from_shard(self.sha256)
+        return None if self.sha256 is None else sha256_from_stored(self.sha256)
 
     @property
     def num_records(self) -> int:
@@ -278,8 +282,8 @@ def _sorted_unique_files(files: Iterable[FileInfo]) -> list[FileInfo]:
     return sorted(seen.values(), key=lambda f: sort_key(f.file_hash))
 
 
-def upload_shard_for(files: Iterable[FileInfo], new_xorbs: Iterable[XorbInfo]) -> Shard:
-    """The upload shard for a session: blocks sorted by hash (Xet order), duplicates dropped.
+def collect_upload_shard(files: Iterable[FileInfo], new_xorbs: Iterable[XorbInfo]) -> Shard:
+    """A session's upload shard: blocks sorted by hash (Xet order), duplicates dropped.
 
     hf_xet keeps both sections in hash order and keeps one block per hash (the first).
     List only the xorbs the session uploaded, not those it deduplicated against.
@@ -291,6 +295,35 @@ def upload_shard_for(files: Iterable[FileInfo], new_xorbs: Iterable[XorbInfo]) -
         files=_sorted_unique_files(files),
         xorbs=sorted(xorbs.values(), key=lambda x: sort_key(x.xorb_hash)),
     )
+
+
+def upload_shard_for(files: Iterable[FileInfo], new_xorbs: Iterable[XorbInfo]) -> bytes:
+    """Serialized upload shard (see :func:`collect_upload_shard`) as hf_xet would send it.
+
+    Raises:
+        ValueError: the shard would exceed :data:`MAX_SHARD_BYTES`; use
+            :func:`upload_shards_for`.
+    """
+    return serialize_shard(collect_upload_shard(files, new_xorbs))
+
+
+def upload_shards_for(
+    files: Iterable[FileInfo], new_xorbs: Iterable[XorbInfo], max_bytes: int = MAX_SHARD_BYTES
+) -> list[bytes]:
+    """Like :func:`upload_shard_for`, split into as many shards as ``max_bytes`` needs."""
+    return [
+        serialize_shard(s) for s in split_shard(collect_upload_shard(files, new_xorbs), max_bytes)
+    ]
+
+
+def sha256_to_stored(sha256_hex: str) -> bytes:
+    """The 32 bytes a shard stores for a SHA-256 given as normal hex (words reversed)."""
+    return sha256_to_shard(sha256_hex)
+
+
+def sha256_from_stored(stored: bytes) -> str:
+    """Normal lowercase hex of a SHA-256 stored in a shard."""
+    return sha256_from_shard(stored)
 
 
 def protect_xorbs(xorbs: Iterable[XorbInfo], hmac_key: bytes) -> list[XorbInfo]:
@@ -396,7 +429,7 @@ def serialize_shard(shard: Shard) -> bytes:
     """The upload form: header with ``footer_size`` 0, the two sections, no tables.
 
     ``shard.footer`` is ignored. Sections are written in the given order; build the
-    shard with :func:`upload_shard_for` to get hf_xet's order.
+    shard with :func:`collect_upload_shard` to get hf_xet's order.
 
     Raises:
         ValueError: a field out of range, or a result over :data:`MAX_SHARD_BYTES`

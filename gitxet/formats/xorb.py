@@ -445,7 +445,9 @@ def parse_xorb(data: BytesLike, *, what: str = "xorb") -> ParsedXorb:
     Raises:
         XorbFormatError: malformed, truncated, empty, oversized, or an inconsistent footer.
     """
-    body, footer = _split_footer(memoryview(data).cast("B"), what)
+    mv = memoryview(data).cast("B")
+    end, footer = _find_footer(mv, what)
+    body = mv[:end]
     _check_size(len(body), what)
     chunks: list[bytes] = []
     offsets = [0]
@@ -623,38 +625,46 @@ def _parse_footer_at(mv: memoryview, start: int, what: str) -> XorbFooter:
     return XorbFooter(xorb_hash, hashes, byte_ends, unpacked_ends, buffer)
 
 
-def _split_footer(mv: memoryview, what: str) -> tuple[memoryview, XorbFooter | None]:
+def _find_footer(mv: memoryview, what: str) -> tuple[int, XorbFooter | None]:
+    """``(body_length, footer)``; ``(len(mv), None)`` when there is no footer."""
     n = len(mv)
     if n < 4 + _FOOTER_FIXED:
-        return mv, None
+        return n, None
     (info_length,) = _U32.unpack_from(mv, n - 4)
     start = n - 4 - info_length
     # A footer is present when the trailing length points at its ident. A footerless body
     # cannot be mistaken for one by parse_xorb: a footer can only start where a chunk
     # header would, and a header's version byte is 0, not "X".
     if info_length < _FOOTER_FIXED or start < 0 or mv[start : start + len(_IDENT)] != _IDENT:
-        return mv, None
-    return mv[:start], _parse_footer_at(mv, start, what)
+        return n, None
+    return start, _parse_footer_at(mv, start, what)
 
 
 def split_footer(data: BytesLike) -> tuple[memoryview, XorbFooter | None]:
-    """Separate a stored xorb into its body (zero-copy) and footer, if it has one.
+    """Separate a stored xorb into its body and footer, if it has one.
 
-    Only the trailer is read, so this is O(footer); it does not walk the body.
+    Only the trailer is read, so this is O(footer); it does not walk the body. The body
+    is a zero-copy view of ``data``: while it lives, ``data`` stays exported (an mmap
+    cannot be closed), so use :func:`parse_footer` when only the footer is wanted.
 
     Raises:
         XorbFormatError: a footer is present but malformed.
     """
-    return _split_footer(memoryview(data).cast("B"), "xorb")
+    mv = memoryview(data).cast("B")
+    end, footer = _find_footer(mv, "xorb")
+    return mv[:end], footer
 
 
 def parse_footer(data: BytesLike) -> XorbFooter | None:
     """The footer at the end of a stored xorb, or ``None`` if there is none.
 
+    Keeps no reference to ``data`` (safe on an mmap that is closed right after).
+
     Raises:
         XorbFormatError: a footer is present but malformed.
     """
-    return split_footer(data)[1]
+    with memoryview(data) as raw, raw.cast("B") as mv:
+        return _find_footer(mv, "xorb")[1]
 
 
 def _check_footer_matches(
