@@ -1,0 +1,520 @@
+"""FUSE adapter: pyfuse3 ``Operations`` over the read-only filesystem model.
+
+This module only translates. The model (:class:`gitxet.vfs.nodes.ReadOnlyFS`) owns every
+filesystem rule; here its ``Attrs`` become ``EntryAttributes``, its ``OSError.errno`` becomes
+``FUSEError`` and its inode numbers become FUSE inode numbers.
+
+Concurrency (see ``docs/design/concurrency.md``): pyfuse3 runs the handlers as trio tasks in
+one thread. Every model call that may block (reads, lookups, directory listings, symlink
+targets, statfs) runs in a worker thread through ``trio.to_thread.run_sync``; reads and
+metadata calls have separate capacity limiters, so a burst of slow chunk fetches can never
+starve ``ls``. ``getattr`` on a known inode is answered from the model's memory and stays on
+the trio thread.
+
+A commit never changes, so attributes, entries (also negative ones) and page-cache contents
+are cached by the kernel for a long time (``keep_cache``, long timeouts).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import inspect
+import itertools
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyfuse3
+import trio
+
+from gitxet.errors import MountError
+from gitxet.mount.runner import find_mount, normalize_mountpoint
+from gitxet.vfs.nodes import Attrs, NodeKind, ReadOnlyFS
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CACHE_TIMEOUT = 3600.0  # seconds the kernel may keep attributes and entries (content is immutable)
+READ_THREADS = 16  # concurrent model reads (each may wait on a network fetch)
+META_THREADS = 8  # concurrent lookups / listings / readlinks, kept apart from reads
+BLOCK_SIZE = 128 * 1024  # st_blksize: the I/O size we hint to readers
+READ_AHEAD_KB = 1024  # measured ~20% faster sequential reads than the 128 KiB default
+SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get after SIGTERM before they are abandoned
+
+# trio renamed ``cancellable`` to ``abandon_on_cancel`` (0.23) and warns on the old name.
+_ABANDON_KW = (
+    "abandon_on_cancel"
+    if "abandon_on_cancel" in inspect.signature(trio.to_thread.run_sync).parameters
+    else "cancellable"
+)
+_FORBIDDEN_OPTIONS = ("max_read",)  # aborts libfuse under pyfuse3 on this platform
+
+
+def _errno_of(exc: OSError) -> int:
+    return exc.errno if isinstance(exc.errno, int) and exc.errno > 0 else errno.EIO
+
+
+@dataclass(slots=True)
+class _DirHandle:
+    ino: int  # model inode
+    entries: list[tuple[bytes, Attrs]] | None = None  # listed on the first readdir
+
+
+class XetFuseOperations(pyfuse3.Operations):
+    """Read-only pyfuse3 handlers over a :class:`ReadOnlyFS`.
+
+    The model's inode numbers are used as FUSE inode numbers, except that the model's root
+    and FUSE's ``ROOT_INODE`` (1) trade places when they differ (a swap is its own inverse,
+    so one function maps both ways and no number is ever shared by two nodes).
+    """
+
+    supports_dot_lookup = True
+    enable_writeback_cache = False
+
+    def __init__(
+        self,
+        fs: ReadOnlyFS,
+        *,
+        uid: int | None = None,
+        gid: int | None = None,
+        cache_timeout: float = CACHE_TIMEOUT,
+        read_threads: int = READ_THREADS,
+        meta_threads: int = META_THREADS,
+    ) -> None:
+        super().__init__()
+        self.fs = fs
+        self._root = fs.root_ino
+        if self._root <= 0:
+            raise ValueError(f"model root inode must be positive, got {self._root}")
+        self._uid = os.getuid() if uid is None else uid
+        self._gid = os.getgid() if gid is None else gid
+        self._timeout = cache_timeout
+        self._read_limiter = trio.CapacityLimiter(read_threads)
+        self._meta_limiter = trio.CapacityLimiter(meta_threads)
+        # Handles are touched only on the trio thread, so plain dicts need no lock.
+        self._next_fh = itertools.count(1)
+        self._files: dict[int, int] = {}
+        self._dirs: dict[int, _DirHandle] = {}
+
+    # ---- translation -----------------------------------------------------------------------
+
+    def _swap(self, ino: int) -> int:
+        if ino == pyfuse3.ROOT_INODE:
+            return self._root
+        if ino == self._root:
+            return pyfuse3.ROOT_INODE
+        return ino
+
+    def entry(self, attrs: Attrs) -> pyfuse3.EntryAttributes:
+        """``EntryAttributes`` for a model node."""
+        e = pyfuse3.EntryAttributes()
+        e.st_ino = self._swap(attrs.ino)
+        e.generation = 0
+        e.entry_timeout = self._timeout
+        e.attr_timeout = self._timeout
+        e.st_mode = attrs.mode
+        e.st_nlink = attrs.nlink
+        e.st_uid = self._uid
+        e.st_gid = self._gid
+        e.st_rdev = 0
+        e.st_size = attrs.size
+        e.st_blksize = BLOCK_SIZE
+        e.st_blocks = (attrs.size + 511) // 512
+        e.st_atime_ns = attrs.mtime_ns
+        e.st_mtime_ns = attrs.mtime_ns
+        e.st_ctime_ns = attrs.mtime_ns
+        return e
+
+    def _fail(self, what: str, exc: BaseException) -> pyfuse3.FUSEError:
+        if isinstance(exc, OSError):
+            code = _errno_of(exc)
+            if code == errno.EIO:
+                log.warning("%s: %s", what, exc)
+            return pyfuse3.FUSEError(code)
+        log.error("%s: unexpected %s", what, type(exc).__name__, exc_info=exc)
+        return pyfuse3.FUSEError(errno.EIO)
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
+        """Run a fast model call on the trio thread with errno translation."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise self._fail(what, exc) from None
+
+    async def _offload(
+        self, limiter: trio.CapacityLimiter, what: str, fn: Callable[..., T], *args: Any
+    ) -> T:
+        """Run a model call that may block in a worker thread, with errno translation.
+
+        On cancellation (shutdown only) the thread is abandoned rather than awaited, so a
+        stuck fetch cannot hold the unmount hostage.
+        """
+        try:
+            result: T = await trio.to_thread.run_sync(
+                functools.partial(fn, *args), limiter=limiter, **{_ABANDON_KW: True}
+            )
+        except Exception as exc:
+            raise self._fail(what, exc) from None
+        return result
+
+    # ---- metadata --------------------------------------------------------------------------
+
+    async def lookup(
+        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        parent = self._swap(parent_inode)
+        try:
+            attrs = await trio.to_thread.run_sync(
+                self.fs.lookup, parent, name, limiter=self._meta_limiter, **{_ABANDON_KW: True}
+            )
+        except FileNotFoundError:
+            # A negative entry (inode 0) lets the kernel cache "no such name" as long as a
+            # positive one; the tree is immutable, so that is always right.
+            e = pyfuse3.EntryAttributes()
+            e.st_ino = 0
+            e.entry_timeout = self._timeout
+            return e
+        except Exception as exc:
+            raise self._fail(f"lookup {parent}/{name!r}", exc) from None
+        return self.entry(attrs)
+
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        ino = self._swap(inode)
+        return self.entry(self._call(f"getattr {ino}", self.fs.getattr, ino))
+
+    async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
+        ino = self._swap(inode)
+        return await self._offload(self._meta_limiter, f"readlink {ino}", self.fs.readlink, ino)
+
+    async def access(self, inode: int, mode: int, ctx: pyfuse3.RequestContext) -> bool:
+        ino = self._swap(inode)
+        self._call(f"access {ino}", self.fs.getattr, ino)
+        if mode & os.W_OK:
+            raise pyfuse3.FUSEError(errno.EROFS)
+        return True
+
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        st = await self._offload(self._meta_limiter, "statfs", self.fs.statfs)
+        out = pyfuse3.StatvfsData()
+        bsize = max(st.block_size, 1)
+        out.f_bsize = bsize
+        out.f_frsize = bsize
+        out.f_blocks = (st.total_bytes + bsize - 1) // bsize
+        out.f_bfree = 0
+        out.f_bavail = 0
+        out.f_files = st.files
+        out.f_ffree = 0
+        out.f_favail = 0
+        out.f_namemax = st.name_max
+        return out
+
+    # ---- directories -----------------------------------------------------------------------
+
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+        ino = self._swap(inode)
+        attrs = self._call(f"opendir {ino}", self.fs.getattr, ino)
+        if attrs.kind is not NodeKind.DIR:
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        fh = next(self._next_fh)
+        self._dirs[fh] = _DirHandle(ino)
+        return fh
+
+    def _listing(self, ino: int) -> list[tuple[bytes, Attrs]]:
+        # "." and ".." first; offsets are index + 1 into this list, stable because the model
+        # lists a directory of an immutable commit the same way every time.
+        here = self.fs.getattr(ino)
+        up = self.fs.getattr(self.fs.parent(ino))
+        return [(b".", here), (b"..", up), *self.fs.readdir(ino)]
+
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        handle = self._dirs.get(fh)
+        if handle is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        if handle.entries is None:
+            # Listed once per open: a huge directory is read in many readdir calls, and
+            # re-listing it on every call would be quadratic.
+            handle.entries = await self._offload(
+                self._meta_limiter, f"readdir {handle.ino}", self._listing, handle.ino
+            )
+        entries = handle.entries
+        for idx in range(start_id, len(entries)):
+            name, attrs = entries[idx]
+            if not pyfuse3.readdir_reply(token, name, self.entry(attrs), idx + 1):
+                break
+
+    async def releasedir(self, fh: int) -> None:
+        self._dirs.pop(fh, None)
+
+    # ---- files -----------------------------------------------------------------------------
+
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        ino = self._swap(inode)
+        if flags & os.O_ACCMODE != os.O_RDONLY or flags & (os.O_TRUNC | os.O_CREAT):
+            raise pyfuse3.FUSEError(errno.EROFS)
+        attrs = self._call(f"open {ino}", self.fs.getattr, ino)
+        if attrs.kind is NodeKind.DIR:
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        if attrs.kind is not NodeKind.FILE:
+            raise pyfuse3.FUSEError(errno.ELOOP)
+        fh = next(self._next_fh)
+        self._files[fh] = ino
+        # keep_cache: pages cached by an earlier open stay valid, the content cannot change.
+        return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=False)
+
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        ino = self._files.get(fh)
+        if ino is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        return await self._offload(
+            self._read_limiter, f"read {ino} @{off}+{size}", self.fs.read, ino, off, size
+        )
+
+    async def release(self, fh: int) -> None:
+        self._files.pop(fh, None)
+
+    # ---- everything that would change the tree -----------------------------------------------
+
+    async def setattr(
+        self,
+        inode: int,
+        attr: pyfuse3.EntryAttributes,
+        fields: pyfuse3.SetattrFields,
+        fh: int | None,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EROFS)
+
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        raise pyfuse3.FUSEError(errno.EROFS)
+
+    async def create(
+        self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        raise pyfuse3.FUSEError(errno.EROFS)
+
+    async def mkdir(
+        self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EROFS)
+
+    async def mknod(
+        self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EROFS)
+
+    async def symlink(
+        self, parent_inode: int, name: bytes, target: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EROFS)
+
+    async def link(
+        self, inode: int, new_parent_inode: int, new_name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EROFS)
+
+    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        raise pyfuse3.FUSEError(errno.EROFS)
+
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        raise pyfuse3.FUSEError(errno.EROFS)
+
+    async def rename(
+        self,
+        parent_inode_old: int,
+        name_old: bytes,
+        parent_inode_new: int,
+        name_new: bytes,
+        flags: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> None:
+        raise pyfuse3.FUSEError(errno.EROFS)
+
+    async def setxattr(
+        self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext
+    ) -> None:
+        raise pyfuse3.FUSEError(errno.EROFS)
+
+    async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        raise pyfuse3.FUSEError(errno.EROFS)
+
+
+# ---- mounting --------------------------------------------------------------------------------
+
+
+def mount_options(
+    fsname: str = "gitxet", options: Iterable[str] = (), *, allow_other: bool = False
+) -> set[str]:
+    """The FUSE mount options for a read-only gitxet mount.
+
+    ``fsname`` is shown in the mount table; characters libfuse cannot take there (commas,
+    whitespace, non-ASCII) become ``_``. Extra ``options`` must be ASCII without commas, and
+    ``max_read`` is refused (it aborts libfuse under pyfuse3).
+    """
+    safe = "".join(c if c.isascii() and c.isprintable() and c not in ", " else "_" for c in fsname)
+    opts = {"ro", "default_permissions", f"fsname={safe or 'gitxet'}", "subtype=gitxet"}
+    for opt in options:
+        if not opt or not opt.isascii() or "," in opt or not opt.isprintable():
+            raise MountError(fsname, f"bad FUSE mount option {opt!r}")
+        if opt.split("=", 1)[0] in _FORBIDDEN_OPTIONS:
+            raise MountError(fsname, f"mount option {opt!r} is not supported")
+        opts.add(opt)
+    if allow_other:
+        opts.add("allow_other")
+    return opts
+
+
+def tune_readahead(mountpoint: str, kb: int = READ_AHEAD_KB) -> bool:
+    """Raise the kernel read-ahead of a mounted FUSE connection (best effort).
+
+    The FUSE connection's backing-device entry is ``/sys/class/bdi/<major:minor>``; the
+    device number comes from the mount table, so this never touches the mount itself (which
+    would deadlock if called before the FUSE loop runs).
+    """
+    info = find_mount(mountpoint)
+    if info is None:
+        return False
+    path = f"/sys/class/bdi/{info.device}/read_ahead_kb"
+    try:
+        with open(path, "w", encoding="ascii") as f:
+            f.write(f"{kb}\n")
+    except OSError as exc:
+        log.debug("cannot raise read-ahead via %s: %s", path, exc)
+        return False
+    return True
+
+
+_serving = threading.Lock()  # libfuse state in pyfuse3 is per process: one mount at a time
+
+
+class _Loop:
+    """The trio side of :func:`serve`: FUSE main loop, signals, readiness, shutdown."""
+
+    def __init__(self, mountpoint: str, ready: Callable[[], None] | None, signals: bool) -> None:
+        self.mountpoint = mountpoint
+        self.ready = ready
+        self.signals = signals
+        self.error: BaseException | None = None
+        self.early_signals: list[int] = []  # arrived while trio was not listening
+        self._stopping = False
+
+    def note_signal(self, signum: int, frame: object) -> None:
+        """Signal handler for the moments around the trio loop: remember, do not die."""
+        self.early_signals.append(signum)
+
+    def stop(self, nursery: trio.Nursery) -> None:
+        """Ask the FUSE loop to finish; abandon in-flight requests after a grace period."""
+        if self._stopping:
+            return
+        self._stopping = True
+        pyfuse3.terminate()
+        nursery.start_soon(self._deadline, nursery)
+
+    async def _deadline(self, nursery: trio.Nursery) -> None:
+        await trio.sleep(SHUTDOWN_GRACE)
+        log.warning("requests still running %g s after shutdown; abandoning them", SHUTDOWN_GRACE)
+        nursery.cancel_scope.cancel()
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._fuse_main, nursery)
+            if self.signals:
+                await nursery.start(self._watch_signals, nursery)
+            if self.early_signals:
+                log.info("signal received while mounting: unmounting %s", self.mountpoint)
+                self.stop(nursery)
+                return
+            nursery.start_soon(self._after_mount, nursery)
+
+    async def _fuse_main(self, nursery: trio.Nursery) -> None:
+        try:
+            await pyfuse3.main()
+        except Exception as exc:
+            log.error("FUSE main loop failed", exc_info=exc)
+            self.error = exc
+        finally:
+            # The loop ends when the kernel unmounts us or after stop(): end the helpers too.
+            nursery.cancel_scope.cancel()
+
+    async def _watch_signals(
+        self, nursery: trio.Nursery, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
+            async for signum in signals:
+                log.info("signal %d received: unmounting %s", signum, self.mountpoint)
+                self.stop(nursery)
+
+    async def _after_mount(self, nursery: trio.Nursery) -> None:
+        # Worker threads, not the trio thread: ready() may well stat the mount, which needs
+        # the FUSE loop running here to answer.
+        await trio.to_thread.run_sync(tune_readahead, self.mountpoint)
+        if self.ready is None:
+            return
+        try:
+            await trio.to_thread.run_sync(self.ready)
+        except Exception as exc:
+            log.error("ready() callback failed; unmounting", exc_info=exc)
+            self.error = exc
+            self.stop(nursery)
+
+
+def serve(
+    fs: ReadOnlyFS,
+    mountpoint: str,
+    *,
+    fsname: str = "gitxet",
+    options: Iterable[str] = (),
+    ready: Callable[[], None] | None = None,
+    allow_other: bool = False,
+    uid: int | None = None,
+    gid: int | None = None,
+) -> None:
+    """Mount ``fs`` read-only at ``mountpoint`` and serve it until it is unmounted.
+
+    Returns after an external unmount (``fusermount3 -u``) or, when called from the main
+    thread, after SIGTERM / SIGINT, which unmount cleanly. ``ready()`` is called once, in a
+    worker thread, when the mount is live. Raises :class:`MountError` when the mount cannot be
+    made, and re-raises what ``ready()`` raised after unmounting.
+    """
+    mnt = normalize_mountpoint(mountpoint)
+    if not os.path.isdir(mnt):
+        raise MountError(mnt, "mountpoint is not a directory")
+    opts = mount_options(fsname, options, allow_other=allow_other)
+    ops = XetFuseOperations(fs, uid=uid, gid=gid)
+    if not _serving.acquire(blocking=False):
+        raise MountError(mnt, "this process already serves a FUSE mount")
+    main_thread = threading.current_thread() is threading.main_thread()
+    loop = _Loop(mnt, ready, main_thread)
+    # Outside trio's own signal receiver (before the loop starts, and while unmounting after
+    # it ends) SIGTERM must not kill us: that would leave a dead mount behind. Python-level
+    # handlers only exist in the main thread.
+    previous = (
+        {s: signal.signal(s, loop.note_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        if main_thread
+        else {}
+    )
+    try:
+        try:
+            pyfuse3.init(ops, mnt, opts)
+        except RuntimeError as exc:
+            # libfuse has printed its reason on stderr (the daemon log).
+            raise MountError(mnt, f"FUSE mount failed: {exc}") from exc
+        try:
+            trio.run(loop.run)
+        finally:
+            # Unmounts if the loop ended for any reason but an external unmount (then the
+            # kernel side is already gone and libfuse notices), and closes /dev/fuse, which
+            # fails any request still waiting with ENOTCONN.
+            pyfuse3.close(unmount=True)
+        if loop.error is not None:
+            raise loop.error
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        _serving.release()

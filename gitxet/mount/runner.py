@@ -1,0 +1,626 @@
+"""Mount lifecycle: start a mount daemon, wait until its mount is live, unmount, remember it.
+
+The daemon is any command that mounts in the foreground and stays running while the mount is
+served (the CLI passes ``python -m gitxet mount --foreground ...``). This module never imports
+the FUSE or NFS adapters, so it serves both kinds.
+
+Readiness and mount state come from ``/proc/self/mountinfo`` rather than ``os.path.ismount``:
+``stat`` on a mountpoint whose daemon is wedged blocks forever, while the mount table never
+does. Once the mount shows up, one ``stat`` in a helper thread (bounded by the timeout)
+proves the daemon answers.
+
+A pid alone does not name a process for long (pids are recycled), so records keep the pid
+together with the process start time from ``/proc/<pid>/stat``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gitxet.errors import FormatError, MountError
+
+MOUNTINFO = "/proc/self/mountinfo"
+LOG_TAIL_LINES = 20
+_LOG_TAIL_BYTES = 16 * 1024  # never read more than this of a daemon log for an error message
+_RECORD_MAX_BYTES = 64 * 1024  # a registry record is a few hundred bytes; refuse anything huge
+_RECORD_VERSION = 1
+_KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
+_HELPER_TIMEOUT = 10.0  # a fusermount3 / umount call that takes longer than this is stuck
+_MOUNT_KINDS = ("fuse", "nfs")
+_OCTAL_ESCAPE = re.compile(rb"\\([0-7]{3})")
+
+# Daemons spawned by this process, by pid. Holding the Popen objects lets us reap them (no
+# zombies in a long-lived parent such as the Docker plugin) and avoids Popen.__del__'s
+# "still running" ResourceWarning.
+_spawned: dict[int, subprocess.Popen[bytes]] = {}
+# The daemon serving each mountpoint started by this process, for unmount() without a registry.
+_by_mountpoint: dict[str, MountProcess] = {}
+_spawn_lock = threading.Lock()
+
+
+# ---- mount table -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MountInfo:
+    """One line of the kernel's mount table."""
+
+    mountpoint: str
+    device: str  # "major:minor" of the mounted filesystem (names the FUSE connection's bdi)
+    fstype: str  # e.g. "fuse.gitxet", "fuse", "nfs"
+    source: str
+
+
+def _unescape(field: bytes) -> str:
+    # mountinfo writes space, tab, newline and backslash as \ooo octal escapes.
+    raw = _OCTAL_ESCAPE.sub(lambda m: bytes([int(m.group(1), 8)]), field)
+    return os.fsdecode(raw)
+
+
+def mount_table(path: str = MOUNTINFO) -> builtins.list[MountInfo]:
+    """Parse ``/proc/self/mountinfo`` (order kept: later lines are mounted on top)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise MountError(path, f"cannot read the mount table: {exc}") from exc
+    out: builtins.list[MountInfo] = []
+    for line in data.splitlines():
+        fields = line.split(b" ")
+        try:
+            sep = fields.index(b"-", 6)
+            out.append(
+                MountInfo(
+                    mountpoint=_unescape(fields[4]),
+                    device=fields[2].decode("ascii"),
+                    fstype=_unescape(fields[sep + 1]),
+                    source=_unescape(fields[sep + 2]),
+                )
+            )
+        except (ValueError, IndexError, UnicodeDecodeError) as exc:
+            raise FormatError(path, f"malformed mountinfo line {line[:200]!r}") from exc
+    return out
+
+
+def normalize_mountpoint(mountpoint: str) -> str:
+    """Absolute, symlink-free path of a mountpoint, as the mount table spells it.
+
+    Only the parent is resolved: resolving the mountpoint itself would ``lstat`` it, and that
+    blocks when the mount's daemon hangs.
+    """
+    absolute = os.path.abspath(mountpoint)
+    head, tail = os.path.split(absolute)
+    if not tail:  # "/" itself
+        return absolute
+    return os.path.join(os.path.realpath(head), tail)
+
+
+def find_mount(mountpoint: str, table: Sequence[MountInfo] | None = None) -> MountInfo | None:
+    """The topmost mount at ``mountpoint``, or ``None``."""
+    mnt = normalize_mountpoint(mountpoint)
+    rows = mount_table() if table is None else table
+    found = None
+    for row in rows:
+        if row.mountpoint == mnt:
+            found = row
+    return found
+
+
+def is_mounted(mountpoint: str) -> bool:
+    """Whether something is mounted at ``mountpoint`` (never touches the mount itself)."""
+    return find_mount(mountpoint) is not None
+
+
+# ---- process identity ------------------------------------------------------------------------
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks since boot) of a process, or ``None`` if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read(4096)
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may itself hold spaces or ')'.
+    close = data.rfind(b")")
+    rest = data[close + 2 :].split(b" ") if close >= 0 else []
+    if len(rest) < 20:
+        raise FormatError(f"/proc/{pid}/stat", "too few fields")
+    try:
+        return rest[0].decode("ascii"), int(rest[19])
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise FormatError(f"/proc/{pid}/stat", "bad state or start time") from exc
+
+
+def process_start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot, or ``None`` if there is no such process."""
+    st = _proc_stat(pid)
+    return None if st is None else st[1]
+
+
+def _reap(pid: int) -> None:
+    proc = _spawned.get(pid)
+    if proc is not None and proc.poll() is not None:
+        with _spawn_lock:
+            _spawned.pop(pid, None)
+
+
+def process_alive(pid: int, start_time: int) -> bool:
+    """Whether ``pid`` still names the process that started at ``start_time`` and runs."""
+    _reap(pid)
+    st = _proc_stat(pid)
+    if st is None:
+        return False
+    state, started = st
+    # A zombie has finished; it only waits for its parent to collect the status.
+    return started == start_time and state not in ("Z", "X", "x")
+
+
+def _wait_gone(pid: int, start_time: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while process_alive(pid, start_time):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    return True
+
+
+def _signal(pid: int, start_time: int, signum: int) -> None:
+    if not process_alive(pid, start_time):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
+
+
+def stop_process(pid: int, start_time: int, *, timeout: float = _KILL_GRACE) -> bool:
+    """SIGTERM the process, SIGKILL it if it has not exited within ``timeout``.
+
+    Returns whether the process is gone. Only signals the process if pid and start time still
+    match, so a recycled pid is never hit.
+    """
+    _signal(pid, start_time, signal.SIGTERM)
+    if _wait_gone(pid, start_time, timeout):
+        return True
+    _signal(pid, start_time, signal.SIGKILL)
+    return _wait_gone(pid, start_time, _KILL_GRACE)
+
+
+# ---- background start ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MountProcess:
+    """A running mount daemon: which process serves which mountpoint, and where it logs."""
+
+    pid: int
+    start_time: int
+    mountpoint: str
+    log_path: str
+    started_at: float
+    log_offset: int = 0  # where this daemon's output starts in ``log_path``
+
+    def alive(self) -> bool:
+        """Whether the daemon is still running."""
+        return process_alive(self.pid, self.start_time)
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The daemon's last output lines (best effort: empty when the log is unreadable)."""
+        return read_log_tail(self.log_path, lines, start=self.log_offset)
+
+
+def read_log_tail(path: str, lines: int = LOG_TAIL_LINES, *, start: int = 0) -> str:
+    """The last ``lines`` lines of a log file at or after byte ``start``, bounded in size."""
+    try:
+        with open(path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            begin = max(start, end - _LOG_TAIL_BYTES)
+            f.seek(begin)
+            data = f.read(end - begin)
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _open_log(log_path: str | None) -> tuple[int, str, int]:
+    if log_path is None:
+        fd, path = tempfile.mkstemp(prefix="gitxet-mount-", suffix=".log")
+        return fd, path, 0
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    return fd, log_path, os.lseek(fd, 0, os.SEEK_END)
+
+
+def _stat_answers(mountpoint: str, timeout: float) -> str | None:
+    """``None`` when ``stat(mountpoint)`` returns within ``timeout``, else why it did not."""
+    outcome: builtins.list[str | None] = []
+
+    def probe() -> None:
+        try:
+            os.stat(mountpoint)
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(f"stat failed: {exc}")
+
+    # A daemon thread: if the mount hangs, the thread is stuck until the daemon is killed,
+    # which aborts the FUSE connection and releases it.
+    t = threading.Thread(target=probe, name="gitxet-mount-probe", daemon=True)
+    t.start()
+    t.join(max(timeout, 0.1))
+    if not outcome:
+        return "the mount does not answer stat()"
+    return outcome[0]
+
+
+def start_background(
+    argv: Sequence[str],
+    mountpoint: str,
+    *,
+    timeout: float = 30.0,
+    log_path: str | None = None,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> MountProcess:
+    """Spawn a detached mount daemon running ``argv`` and wait until ``mountpoint`` is live.
+
+    The daemon gets its own session (no controlling terminal, so it outlives the caller's
+    terminal), stdin from ``/dev/null`` and stdout/stderr appended to ``log_path`` (a new temp
+    file when ``None``). Raises :class:`MountError` carrying the log tail when the daemon exits
+    first, or when nothing answers within ``timeout`` seconds (the daemon is then killed and
+    any half-made mount is detached).
+    """
+    mnt = normalize_mountpoint(mountpoint)
+    if is_mounted(mnt):
+        raise MountError(mnt, "something is already mounted there")
+    if not os.path.isdir(mnt):
+        raise MountError(mnt, "mountpoint is not a directory")
+    log_fd, log_file, offset = _open_log(log_path)
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            cwd=cwd,
+            env=None if env is None else dict(env),
+        )
+    except OSError as exc:
+        raise MountError(mnt, f"cannot start the mount daemon {argv[0]!r}: {exc}") from exc
+    finally:
+        os.close(log_fd)
+    with _spawn_lock:
+        _spawned[proc.pid] = proc
+    started = process_start_time(proc.pid)
+    if started is None:  # exited and was reaped already: impossible while we hold the Popen
+        started = 0
+    handle = MountProcess(proc.pid, started, mnt, log_file, time.time(), offset)
+
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        rc = proc.poll()
+        if rc is not None:
+            with _spawn_lock:
+                _spawned.pop(proc.pid, None)
+            if is_mounted(mnt):  # died after mounting: do not leave a dead mount behind
+                _detach_quietly(mnt)
+            raise MountError(
+                mnt,
+                f"the mount daemon exited with status {rc} before the mount was ready",
+                log_tail=handle.log_tail(),
+                returncode=rc,
+            )
+        if is_mounted(mnt):
+            problem = _stat_answers(mnt, deadline - time.monotonic())
+            if problem is None:
+                with _spawn_lock:
+                    _by_mountpoint[mnt] = handle
+                return handle
+            _abort(handle)
+            raise MountError(mnt, problem, log_tail=handle.log_tail())
+        if time.monotonic() >= deadline:
+            _abort(handle)
+            raise MountError(
+                mnt,
+                f"the mount did not appear within {timeout:g} s",
+                log_tail=handle.log_tail(),
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+def _abort(handle: MountProcess) -> None:
+    """Kill a daemon that failed to come up and detach whatever it mounted."""
+    stop_process(handle.pid, handle.start_time)
+    _reap(handle.pid)
+    if is_mounted(handle.mountpoint):
+        _detach_quietly(handle.mountpoint)
+
+
+def _detach_quietly(mnt: str) -> None:
+    with contextlib.suppress(MountError):
+        _run_unmount(mnt, lazy=True)
+
+
+# ---- unmount ---------------------------------------------------------------------------------
+
+
+def _unmount_commands(mnt: str, fstype: str, lazy: bool) -> builtins.list[builtins.list[str]]:
+    fuse = ["fusermount3", "-u", "-q", *(["-z"] if lazy else []), mnt]
+    plain = ["umount", *(["-l"] if lazy else []), mnt]
+    # fusermount3 works for unprivileged users too; umount is the fallback (root, or NFS).
+    return [fuse, plain] if fstype.startswith("fuse") else [plain]
+
+
+def _run_unmount(mnt: str, *, lazy: bool) -> None:
+    """Unmount with the first helper that works; raise MountError with every helper's error."""
+    info = find_mount(mnt)
+    if info is None:
+        return
+    errors: builtins.list[str] = []
+    for cmd in _unmount_commands(mnt, info.fstype, lazy):
+        try:
+            res = subprocess.run(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=_HELPER_TIMEOUT,
+                check=False,
+            )
+        except FileNotFoundError:
+            errors.append(f"{cmd[0]}: not installed")
+            continue
+        except subprocess.TimeoutExpired:
+            errors.append(f"{cmd[0]}: no answer within {_HELPER_TIMEOUT:g} s")
+            continue
+        if res.returncode == 0 or not is_mounted(mnt):
+            return
+        msg = res.stderr.decode("utf-8", errors="replace").strip() or f"status {res.returncode}"
+        errors.append(f"{cmd[0]}: {msg}")
+    raise MountError(mnt, "unmount failed: " + "; ".join(errors))
+
+
+def unmount(
+    mountpoint: str,
+    *,
+    timeout: float = 10.0,
+    lazy: bool = False,
+    registry: MountRegistry | None = None,
+) -> None:
+    """Unmount ``mountpoint`` and wait for the daemon that served it to exit.
+
+    The daemon is found in ``registry`` (when given) or among the daemons this process
+    started. A mount whose daemon is dead ("Transport endpoint is not connected") is detached
+    lazily even without ``lazy``; a busy mount raises :class:`MountError` unless ``lazy`` is
+    set. A daemon still running ``timeout`` seconds after the unmount is stopped with SIGTERM
+    and then SIGKILL. Unmounting something that is not mounted only cleans up the records.
+    """
+    mnt = normalize_mountpoint(mountpoint)
+    owner: tuple[int, int] | None = None
+    rec = registry.get(mnt) if registry is not None else None
+    if rec is not None:
+        owner = (rec.pid, rec.start_time)
+    elif mnt in _by_mountpoint:
+        proc = _by_mountpoint[mnt]
+        owner = (proc.pid, proc.start_time)
+    daemon_dead = owner is not None and not process_alive(*owner)
+
+    if is_mounted(mnt):
+        try:
+            _run_unmount(mnt, lazy=lazy or daemon_dead)
+        except MountError as exc:
+            if lazy or "not connected" not in exc.reason:
+                raise
+            _run_unmount(mnt, lazy=True)
+
+    if owner is not None:
+        # The mount is gone, so a daemon still running after the timeout serves nothing.
+        if not _wait_gone(*owner, timeout) and not stop_process(*owner):
+            raise MountError(mnt, f"the mount daemon (pid {owner[0]}) does not exit")
+        _reap(owner[0])
+    with _spawn_lock:
+        _by_mountpoint.pop(mnt, None)
+    if registry is not None:
+        registry.remove(mnt)
+
+
+# ---- registry --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MountRecord:
+    """What the registry remembers about one live mount."""
+
+    mountpoint: str
+    pid: int
+    start_time: int
+    kind: str  # "fuse" or "nfs"
+    repo: str
+    commit: str
+    cache_dir: str
+    started_at: float
+    log_path: str = ""
+
+    @classmethod
+    def for_process(
+        cls, proc: MountProcess, *, kind: str, repo: str, commit: str, cache_dir: str
+    ) -> MountRecord:
+        """The record of a daemon returned by :func:`start_background`."""
+        return cls(
+            mountpoint=proc.mountpoint,
+            pid=proc.pid,
+            start_time=proc.start_time,
+            kind=kind,
+            repo=repo,
+            commit=commit,
+            cache_dir=cache_dir,
+            started_at=proc.started_at,
+            log_path=proc.log_path,
+        )
+
+    def to_json(self) -> bytes:
+        """Canonical JSON bytes of the record."""
+        body: dict[str, Any] = {"version": _RECORD_VERSION, **asdict(self)}
+        return json.dumps(body, sort_keys=True, indent=1).encode("utf-8") + b"\n"
+
+    @classmethod
+    def from_json(cls, data: bytes, *, what: str = "mount record") -> MountRecord:
+        """Parse a record strictly; :class:`FormatError` names the defect."""
+        if len(data) > _RECORD_MAX_BYTES:
+            raise FormatError(what, f"larger than {_RECORD_MAX_BYTES} bytes")
+        try:
+            body = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise FormatError(what, f"not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise FormatError(what, "not a JSON object")
+        if body.get("version") != _RECORD_VERSION:
+            raise FormatError(what, f"unsupported version {body.get('version')!r}")
+        types: dict[str, tuple[type, ...]] = {
+            "mountpoint": (str,),
+            "pid": (int,),
+            "start_time": (int,),
+            "kind": (str,),
+            "repo": (str,),
+            "commit": (str,),
+            "cache_dir": (str,),
+            "started_at": (float, int),
+            "log_path": (str,),
+        }
+        extra = set(body) - set(types) - {"version"}
+        if extra:
+            raise FormatError(what, f"unknown fields {sorted(extra)}")
+        for key, allowed in types.items():
+            if key not in body:
+                raise FormatError(what, f"missing field {key!r}")
+            value = body[key]
+            if isinstance(value, bool) or not isinstance(value, allowed):
+                raise FormatError(what, f"field {key!r} has the wrong type")
+        if body["kind"] not in _MOUNT_KINDS:
+            raise FormatError(what, f"unknown mount kind {body['kind']!r}")
+        if body["pid"] <= 0 or body["start_time"] < 0:
+            raise FormatError(what, "bad pid or start time")
+        if not os.path.isabs(body["mountpoint"]):
+            raise FormatError(what, "mountpoint is not an absolute path")
+        return cls(
+            mountpoint=body["mountpoint"],
+            pid=body["pid"],
+            start_time=body["start_time"],
+            kind=body["kind"],
+            repo=body["repo"],
+            commit=body["commit"],
+            cache_dir=body["cache_dir"],
+            started_at=float(body["started_at"]),
+            log_path=body["log_path"],
+        )
+
+
+class MountRegistry:
+    """JSON records of live mounts, one file per mountpoint under ``state_dir``.
+
+    One file per mount means concurrent CLI invocations never rewrite each other's records;
+    each write is atomic (temp file, fsync, rename).
+    """
+
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.state_dir = os.fspath(state_dir)
+
+    def _path(self, mountpoint: str) -> str:
+        key = normalize_mountpoint(mountpoint).encode("utf-8", "surrogateescape")
+        return os.path.join(self.state_dir, hashlib.sha256(key).hexdigest()[:32] + ".json")
+
+    def record(self, rec: MountRecord) -> None:
+        """Store (or replace) the record for ``rec.mountpoint``."""
+        if rec.kind not in _MOUNT_KINDS:
+            raise ValueError(f"unknown mount kind {rec.kind!r}")
+        rec = _replace_mountpoint(rec, normalize_mountpoint(rec.mountpoint))
+        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        _atomic_write(self._path(rec.mountpoint), rec.to_json())
+
+    def _load(self, path: str) -> MountRecord | None:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(_RECORD_MAX_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        return MountRecord.from_json(data, what=path)
+
+    def get(self, mountpoint: str) -> MountRecord | None:
+        """The record for ``mountpoint`` (live or not), or ``None``."""
+        return self._load(self._path(mountpoint))
+
+    def remove(self, mountpoint: str) -> bool:
+        """Forget ``mountpoint``; returns whether there was a record."""
+        try:
+            os.unlink(self._path(mountpoint))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def list(self) -> builtins.list[MountRecord]:
+        """Records of live mounts, by mountpoint; prunes records of dead daemons or unmounts."""
+        try:
+            names = sorted(n for n in os.listdir(self.state_dir) if n.endswith(".json"))
+        except FileNotFoundError:
+            return []
+        table = mount_table()
+        mounted = {row.mountpoint for row in table}
+        live: builtins.list[MountRecord] = []
+        for name in names:
+            path = os.path.join(self.state_dir, name)
+            rec = self._load(path)
+            if rec is None:
+                continue
+            if rec.mountpoint in mounted and process_alive(rec.pid, rec.start_time):
+                live.append(rec)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+        live.sort(key=lambda r: r.mountpoint)
+        return live
+
+
+def _replace_mountpoint(rec: MountRecord, mountpoint: str) -> MountRecord:
+    if rec.mountpoint == mountpoint:
+        return rec
+    fields = asdict(rec)
+    fields["mountpoint"] = mountpoint
+    return MountRecord(**fields)
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
