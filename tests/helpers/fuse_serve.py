@@ -41,6 +41,7 @@ def build_tree() -> dict[str, object]:
         "empty_dir": None,
         "spaced name é.txt": b"unicode and spaces\n",
         "slow.bin": rng.randbytes(64 * 1024),
+        "fresh.bin": rng.randbytes(200 * 1024),  # read by one test only, so never pre-cached
     }
     for i in range(PARALLEL_FILES):
         tree[f"par/f{i}.bin"] = rng.randbytes(512 * 1024 + i)
