@@ -1,6 +1,6 @@
 """The NFSv3 + MOUNT server: listeners, connections, a bounded worker pool, lifecycle.
 
-Threads (all named ``gitxet-nfs-*``):
+Threads (all named ``gitxet-nfs-<nfs port>-*``):
 
 * one acceptor, waiting on every listening socket plus a wake-up socket pair;
 * one reader per connection (at most ``max_connections``), which only reassembles records
@@ -88,9 +88,9 @@ class NFSServer:
         export: str = "/",
         *,
         fsid: int | None = None,
-        max_workers: int = 8,
+        max_workers: int = 16,
         max_connections: int = 64,
-        max_inflight: int = 16,
+        max_inflight: int = 8,
         max_record: int = MAX_RECORD,
     ) -> None:
         if max_workers < 1 or max_connections < 1 or max_inflight < 1:
@@ -139,8 +139,22 @@ class NFSServer:
         return self._ports[1]
 
     @property
+    def thread_prefix(self) -> str:
+        """Every thread of this server is named ``<prefix>-...`` (for logs and leak checks)."""
+        return f"gitxet-nfs-{self.nfs_port}"
+
+    @property
     def url(self) -> str:
         """A libnfs URL for the export, with both ports so no portmapper is needed."""
+        return self.url_for("")
+
+    def url_for(self, path: str) -> str:
+        """A libnfs URL for ``path`` inside the export (``nfs-cat``, ``nfs-ls``).
+
+        libnfs mounts everything before the last slash and then looks up the rest, so the
+        export is always followed by a slash: for the ``/`` export a top-level file becomes
+        ``nfs://host//file``, because libnfs cannot mount an empty export path.
+        """
         host = self.host
         if host in ("", "0.0.0.0"):
             host = "127.0.0.1"
@@ -148,7 +162,11 @@ class NFSServer:
             host = "[::1]"
         elif ":" in host:
             host = f"[{host}]"
-        return f"nfs://{host}{self.export}?nfsport={self.nfs_port}&mountport={self.mount_port}"
+        where = self.export
+        if path.strip("/"):
+            where = f"{self.export}/{path.strip('/')}"
+        query = f"nfsport={self.nfs_port}&mountport={self.mount_port}"
+        return f"nfs://{host}{where}?{query}"
 
     def start(self) -> None:
         """Bind, listen and start the threads; returns once the ports are known."""
@@ -164,8 +182,8 @@ class NFSServer:
         self._ports = (nfs_sock.getsockname()[1], mount_sock.getsockname()[1])
         self._wake_r, self._wake_w = socket.socketpair()
         for i in range(self.max_workers):
-            self._spawn(self._worker, f"gitxet-nfs-worker-{i}")
-        self._spawn(self._accept_loop, "gitxet-nfs-acceptor")
+            self._spawn(self._worker, f"{self.thread_prefix}-worker-{i}")
+        self._spawn(self._accept_loop, f"{self.thread_prefix}-acceptor")
         log.info("NFS server for %s on %s", self.export, self.url)
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -275,7 +293,10 @@ class NFSServer:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = _Connection(sock, peer, self.max_inflight)
             conn.thread = threading.Thread(
-                target=self._read_loop, args=(conn,), name=f"gitxet-nfs-conn-{peer}", daemon=True
+                target=self._read_loop,
+                args=(conn,),
+                name=f"{self.thread_prefix}-conn-{peer}",
+                daemon=True,
             )
             self._conns.add(conn)
         log.debug("connection from %s", peer)
