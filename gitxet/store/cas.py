@@ -224,14 +224,18 @@ class LocalCAS:
         hx = to_hex(xorb_hash)
         try:
             # mmap: split_footer reads only the trailer, so this costs O(footer), not O(xorb)
-            with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                mv = memoryview(m)
+            with open(path, "rb") as f:
+                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
                 try:
-                    _, footer = xorbfmt.split_footer(mv)
+                    mv = memoryview(m)
+                    body, footer = xorbfmt.split_footer(mv)
+                    body.release()
+                    mv.release()
                 except FormatError as e:
                     raise IntegrityError("xorb", hx, f"damaged footer ({e.reason})") from None
                 finally:
-                    mv.release()
+                    with contextlib.suppress(BufferError):  # a view kept alive by a traceback
+                        m.close()
         except FileNotFoundError:
             raise XorbNotFoundError(hx) from None
         except ValueError:  # mmap of an empty file

@@ -1,0 +1,171 @@
+"""The local store and the ingest/reconstruct engine: dedup, exact bytes, corruption."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import threading
+
+import pytest
+
+from gitxet.chunking import chunk_bytes
+from gitxet.data.clean import Ingestor
+from gitxet.data.reconstruct import ChunkCache, FileReader
+from gitxet.errors import FileNotFoundInCASError, IntegrityError, ShardFormatError
+from gitxet.formats import shard as shardfmt
+from gitxet.hashing import ZERO_HASH, chunk_hash, to_hex
+from gitxet.store.cas import LocalCAS
+
+
+def versions(seed: int = 1, size: int = 6 << 20, count: int = 5) -> list[bytes]:
+    """A file and `count - 1` edited versions (inserts, overwrites, appends)."""
+    rnd = random.Random(seed)
+    cur = bytearray(rnd.randbytes(size))
+    out = [bytes(cur)]
+    for _ in range(count - 1):
+        at = rnd.randrange(len(cur))
+        cur[at:at] = rnd.randbytes(rnd.randrange(1, 5000))  # insert
+        at = rnd.randrange(len(cur) - 100)
+        cur[at : at + 100] = rnd.randbytes(100)  # overwrite
+        cur += rnd.randbytes(rnd.randrange(1, 300_000))  # append
+        out.append(bytes(cur))
+    return out
+
+
+def unique_chunk_bytes(datas: list[bytes]) -> int:
+    seen: dict[bytes, int] = {}
+    for d in datas:
+        for c in chunk_bytes(d):
+            seen[chunk_hash(c)] = len(c)
+    return sum(seen.values())
+
+
+def test_five_versions_store_only_unique_chunks(tmp_path: str) -> None:
+    cas = LocalCAS(os.path.join(tmp_path, "cas"), durable=False)
+    datas = versions()
+    results = []
+    for d in datas:  # one ingest session per version, as separate commits would do
+        with Ingestor(cas) as ing:
+            results.append(ing.add_stream(io.BytesIO(d)))
+            assert ing.flush() is not None
+    stored = cas.stats().xorb_bytes
+    unique = unique_chunk_bytes(datas)
+    assert stored <= 1.1 * unique, (stored, unique)
+    assert results[0].reused_bytes == 0
+    for r in results[1:]:
+        assert r.reused_bytes > 0.9 * r.size  # small edits reuse almost everything
+    # exact bytes back, whole files and random ranges
+    rnd = random.Random(7)
+    cache = ChunkCache()
+    for d, r in zip(datas, results, strict=True):
+        fr = FileReader(cas, r.file_hash, cache=cache)
+        assert fr.size == len(d)
+        out = io.BytesIO()
+        fr.copy_to(out)
+        assert out.getvalue() == d
+    fr = FileReader(cas, results[-1].file_hash, cache=ChunkCache(1 << 20))
+    d = datas[-1]
+    for _ in range(1000):
+        off = rnd.randrange(len(d) + 10)
+        n = rnd.choice([0, 1, 4096, 65536, 200_000, rnd.randrange(1, 1 << 20)])
+        assert fr.read(off, n) == d[off : off + n]
+
+
+def test_dedup_within_one_file_and_session(tmp_path: str) -> None:
+    cas = LocalCAS(str(tmp_path), durable=False)
+    block = random.Random(2).randbytes(1 << 20)
+    with Ingestor(cas) as ing:
+        r = ing.add_stream(io.BytesIO(block * 8))
+        r2 = ing.add_stream(io.BytesIO(block * 8))
+        ing.flush()
+    assert r.new_bytes < 1.2 * len(block)
+    assert r2.new_bytes == 0
+    assert r.file_hash == r2.file_hash
+    fr = FileReader(cas, r.file_hash)
+    assert fr.read(0, 10 << 20) == block * 8
+
+
+def test_empty_and_small_files(tmp_path: str) -> None:
+    cas = LocalCAS(str(tmp_path), durable=False)
+    with Ingestor(cas) as ing:
+        e = ing.add_stream(io.BytesIO(b""))
+        s = ing.add_stream(io.BytesIO(b"Hello World!"))
+        ing.flush()
+    assert e.file_hash == ZERO_HASH and e.size == 0
+    assert to_hex(s.file_hash) == "a9dae0ad88b060bdd7e7c87abdcf95b132c95a0414b06d4f6beb68d287b87165"
+    assert FileReader(cas, e.file_hash).read(0, 10) == b""
+    assert FileReader(cas, s.file_hash).read(6, 100) == b"World!"
+
+
+def test_xorbs_are_cut_at_the_limits(tmp_path: str) -> None:
+    cas = LocalCAS(str(tmp_path), durable=False)
+    data = random.Random(3).randbytes(3 << 20)
+    with Ingestor(cas, max_xorb_bytes=1 << 20) as ing:
+        r = ing.add_stream(io.BytesIO(data))
+        ing.flush()
+    assert cas.stats().xorbs >= 3
+    info = cas.file_info(r.file_hash)
+    assert info is not None and len(info.terms) >= 3
+    assert FileReader(cas, r.file_hash).read(0, len(data)) == data
+
+
+def corrupt_one_byte(path: str, at: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("where", ["payload", "header", "footer"])
+def test_corruption_is_detected_and_names_the_xorb(tmp_path: str, where: str) -> None:
+    cas = LocalCAS(str(tmp_path), durable=False)
+    data = random.Random(4).randbytes(2 << 20)
+    with Ingestor(cas) as ing:
+        r = ing.add_stream(io.BytesIO(data))
+        ing.flush()
+    (xh,) = list(cas.xorb_hashes())
+    path = cas.xorb_path(xh)
+    size = os.path.getsize(path)
+    at = {"payload": 1000, "header": 2, "footer": size - 500}[where]
+    corrupt_one_byte(path, at)
+    fresh = LocalCAS(str(tmp_path), durable=False)  # no cached layouts
+    with pytest.raises(IntegrityError) as ei:
+        fr = FileReader(fresh, r.file_hash)
+        fr.read(0, len(data))
+    assert to_hex(xh) in str(ei.value)
+
+
+def test_missing_file_and_shard_validation(tmp_path: str) -> None:
+    cas = LocalCAS(str(tmp_path), durable=False)
+    with pytest.raises(FileNotFoundInCASError):
+        FileReader(cas, b"\x01" * 32)
+    bogus = shardfmt.FileInfo(b"\x02" * 32, [shardfmt.FileTerm(b"\x03" * 32, 0, 1, 10)], [b"\x00" * 32], bytes(32))
+    with pytest.raises(ShardFormatError, match="missing xorb"):
+        cas.put_shard(shardfmt.upload_shard_for([bogus], []))
+
+
+def test_index_is_rebuildable_and_concurrent_ingest(tmp_path: str) -> None:
+    root = str(tmp_path)
+    datas = [random.Random(10 + i).randbytes(1 << 20) for i in range(4)]
+    results: list[bytes] = []
+
+    def work(d: bytes) -> None:
+        cas = LocalCAS(root, durable=False)
+        with Ingestor(cas) as ing:
+            results.append(ing.add_stream(io.BytesIO(d)).file_hash)
+            ing.flush()
+
+    threads = [threading.Thread(target=work, args=(d,)) for d in datas]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    os.unlink(os.path.join(root, "index.sqlite"))
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(os.path.join(root, "index.sqlite" + suffix)):
+            os.unlink(os.path.join(root, "index.sqlite" + suffix))
+    cas = LocalCAS(root, durable=False)
+    got = {FileReader(cas, h).read(0, 1 << 21) for h in results}
+    assert got == set(datas)
