@@ -268,3 +268,44 @@ def test_oversized_record_closes_only_that_connection(server: NFSServer) -> None
         assert bad.recv(1) == b""
     with socket.create_connection(("127.0.0.1", server.nfs_port), timeout=TIMEOUT) as good:
         assert rpc_call(good, 8, NFS_PROGRAM, 3, 0, b"") == b""
+
+
+def test_replies_on_one_connection_do_not_wait_for_a_slow_read() -> None:
+    fs = GatedFS(tree())
+    with (
+        NFSServer(fs, fsid=5) as srv,
+        socket.create_connection(("127.0.0.1", srv.nfs_port), timeout=TIMEOUT) as sock,
+    ):
+        p = Packer()
+        p.opaque(srv.handles.encode(fs.gated))
+        p.u64(0)
+        p.u32(100)
+        sock.sendall(frame_record(encode_call(1, NFS_PROGRAM, 3, 6, p.getvalue())))
+        assert fs.waiting.wait(TIMEOUT)
+        # The NULL call was sent second but is answered first (RPC matches replies by xid).
+        assert rpc_call(sock, 2, NFS_PROGRAM, 3, 0, b"") == b""
+        fs.gate.set()
+        record = RecordReader(sock.recv, 1 << 20).read()
+        assert record is not None and Unpacker(record).u32() == 1
+
+
+def test_stop_is_bounded_when_a_model_call_hangs(caplog: pytest.LogCaptureFixture) -> None:
+    fs = GatedFS(tree())
+    srv = NFSServer(fs)
+    srv.start()
+    try:
+        with subprocess.Popen(
+            ["nfs-cat", url(srv, "README.md")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        ) as slow:
+            assert fs.waiting.wait(TIMEOUT)
+            started = time.monotonic()
+            srv.stop(timeout=1)
+            assert time.monotonic() - started < 3
+            assert "still running after stop()" in caplog.text
+            slow.kill()
+    finally:
+        fs.gate.set()
+    deadline = time.monotonic() + TIMEOUT
+    while server_threads(srv) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not server_threads(srv)  # the stuck worker ends once the model returns

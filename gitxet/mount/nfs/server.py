@@ -21,6 +21,7 @@ import queue
 import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable
 from types import TracebackType
 
@@ -60,6 +61,15 @@ class _Connection:
             log.debug("send to %s failed: %s", self.peer, exc)
             self.shutdown()
 
+    def recv(self, n: int) -> bytes:
+        """``recv`` that waits through socket timeouts (they are meant for sends only)."""
+        while True:
+            try:
+                return self.sock.recv(n)
+            except TimeoutError:
+                if self.closed.is_set():
+                    return b""
+
     def shutdown(self) -> None:
         """Wake the reader (its recv returns EOF) and refuse further sends."""
         self.closed.set()
@@ -92,6 +102,7 @@ class NFSServer:
         max_connections: int = 64,
         max_inflight: int = 8,
         max_record: int = MAX_RECORD,
+        send_timeout: float = 60.0,
     ) -> None:
         if max_workers < 1 or max_connections < 1 or max_inflight < 1:
             raise ValueError("max_workers, max_connections and max_inflight must be positive")
@@ -106,6 +117,7 @@ class NFSServer:
         self.max_connections = max_connections
         self.max_inflight = max_inflight
         self.max_record = max_record
+        self.send_timeout = send_timeout
         self._want_nfs_port = nfs_port
         self._shared = mount_port is None or (mount_port == nfs_port and nfs_port != 0)
         self._want_mount_port = nfs_port if mount_port is None else mount_port
@@ -187,33 +199,44 @@ class NFSServer:
         log.info("NFS server for %s on %s", self.export, self.url)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop serving and join every thread (waiting up to ``timeout`` s for each)."""
+        """Stop serving and join every thread, waiting at most ``timeout`` s in total.
+
+        A thread still inside a model call when the time is up is left behind (it is a
+        daemon thread) and logged; nothing else can interrupt a blocking read.
+        """
         if not self._started or self._stopping.is_set():
             return
+        deadline = time.monotonic() + timeout
         self._stopping.set()
         if self._wake_w is not None:
             try:
                 self._wake_w.send(b"x")
             except OSError:
                 pass
+        # The acceptor goes first, so no connection can appear after the snapshot below.
+        acceptors = [t for t in self._threads if t.name.endswith("-acceptor")]
+        self._join(acceptors, deadline)
+        self._close_listeners()
         with self._conns_lock:
             conns = list(self._conns)
         for conn in conns:
             conn.shutdown()
+        self._join([c.thread for c in conns if c.thread is not None], deadline)
+        # Readers are gone, so nothing is queued after these sentinels.
         for _ in range(self.max_workers):
             self._jobs.put(None)
-        for thread in self._threads:
-            thread.join(timeout)
-            if thread.is_alive():
-                log.warning("%s did not finish within %.0f s", thread.name, timeout)
-        for conn in conns:
-            if conn.thread is not None:
-                conn.thread.join(timeout)
-        self._close_listeners()
+        self._join([t for t in self._threads if t not in acceptors], deadline)
         for s in (self._wake_r, self._wake_w):
             if s is not None:
                 s.close()
         log.info("NFS server for %s stopped", self.export)
+
+    @staticmethod
+    def _join(threads: list[threading.Thread], deadline: float) -> None:
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.warning("%s is still running after stop()", thread.name)
 
     def __enter__(self) -> NFSServer:
         self.start()
@@ -289,7 +312,9 @@ class NFSServer:
                 log.warning("refusing %s: %d connections open", peer, len(self._conns))
                 sock.close()
                 return
-            sock.setblocking(True)
+            # The timeout bounds how long a worker can be stuck sending to a client that
+            # stopped reading; idle connections are kept (see _Connection.recv).
+            sock.settimeout(self.send_timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = _Connection(sock, peer, self.max_inflight)
             conn.thread = threading.Thread(
@@ -303,7 +328,7 @@ class NFSServer:
         conn.thread.start()
 
     def _read_loop(self, conn: _Connection) -> None:
-        reader = RecordReader(conn.sock.recv, self.max_record)
+        reader = RecordReader(conn.recv, self.max_record)
         try:
             while not conn.closed.is_set():
                 record = reader.read()
@@ -328,6 +353,8 @@ class NFSServer:
 
     def _serve(self, conn: _Connection, record: bytes) -> None:
         try:
+            if conn.closed.is_set():
+                return  # nobody is left to read the answer
             reply = self.dispatcher.handle_record(record, conn.peer)
             if reply is not None:
                 conn.send(reply)
