@@ -9,8 +9,9 @@ Threads (all named ``gitxet-nfs-<nfs port>-*``):
   may leave out of order, which ONC RPC allows (the client matches them by xid). Each
   connection has at most ``max_inflight`` queued or running calls, which bounds memory.
 
-``stop()`` closes the listeners, shuts every connection down (waking its reader), lets the
-workers finish what they hold and joins every thread.
+``stop()`` stops the acceptor, closes the listeners, shuts every connection down (waking
+its reader), lets the workers finish the call they hold (queued calls of closed connections
+are skipped) and joins every thread within one overall timeout.
 """
 
 from __future__ import annotations
@@ -87,6 +88,11 @@ class NFSServer:
     handles and attributes: pass one derived from the commit id (see ``handle.fsid_for``) so
     handles survive restarts and are rejected by a server of another commit. The default
     derives it from the export name and the root's inode and mtime.
+
+    Concurrency: ``max_workers`` threads run procedures; one connection may have at most
+    ``max_inflight`` calls queued or running, so keep it below ``max_workers`` to leave room
+    for other clients. ``max_record`` caps one incoming call; ``send_timeout`` drops a client
+    that stops reading its replies.
     """
 
     def __init__(
