@@ -285,3 +285,17 @@ def test_unmount_of_something_not_mounted_only_cleans_records(tmp_path: Path) ->
     reg.record(rec(str(mnt), pid=done.pid, start=start))
     unmount(str(mnt), registry=reg, timeout=1)
     assert reg.get(str(mnt)) is None
+
+
+def test_unmount_helpers_per_kind() -> None:
+    from gitxet.mount.runner import _unmount_commands
+
+    assert _unmount_commands("/m", "fuse.gitxet", lazy=False) == [
+        ["fusermount3", "-u", "-q", "/m"],
+        ["umount", "/m"],
+    ]
+    assert _unmount_commands("/m", "fuse", lazy=True) == [
+        ["fusermount3", "-u", "-q", "-z", "/m"],
+        ["umount", "-l", "/m"],
+    ]
+    assert _unmount_commands("/m", "nfs", lazy=False) == [["umount", "/m"]]
