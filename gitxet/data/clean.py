@@ -87,7 +87,8 @@ class Ingestor:
         self._resolved: dict[int, bytes] = {}
         self._next_number = 0
         self._pending = self._new_pending()
-        self._new_xorbs: list[xorbfmt.SerializedXorb] = []
+        # shard CAS entries of the xorbs written since the last flush (not their bodies)
+        self._new_xorbs: list[shardfmt.XorbInfo] = []
         self._files: list[_PendingFile] = []
 
     def _new_pending(self) -> _PendingXorb:
@@ -112,15 +113,18 @@ class Ingestor:
             return
         sx = xorbfmt.serialize_xorb(p.chunks, chunk_hashes=p.hashes)
         self.cas.put_serialized(sx)
-        self._new_xorbs.append(sx)
+        self._new_xorbs.append(
+            shardfmt.XorbInfo(sx.hash, _chunk_entries(sx), sum(sx.chunk_sizes), 0)
+        )
         self._resolved[p.number] = sx.hash
         self._pending = self._new_pending()
 
     def _place_new(self, data: bytes, h: bytes) -> tuple[XorbRef, int]:
         p = self._pending
-        if p.chunks and (
-            p.nbytes + len(data) > self._max_bytes or len(p.chunks) >= self._max_chunks
-        ):
+        n = len(p.chunks) + 1
+        # the bound counts chunk headers too: an incompressible xorb must still fit
+        bound = xorbfmt.serialized_size_bound(p.nbytes + len(data), n)
+        if p.chunks and (bound > self._max_bytes or n > self._max_chunks):
             self._cut()
             p = self._pending
         p.chunks.append(data)
@@ -191,16 +195,7 @@ class Ingestor:
                 pos += count
             sha = shardfmt.sha256_to_stored(f.sha256) if f.terms else bytes(32)
             infos.append(shardfmt.FileInfo(f.file_hash, terms, verification, sha))
-        xorbs = [
-            shardfmt.XorbInfo(
-                sx.hash,
-                _chunk_entries(sx),
-                sum(sx.chunk_sizes),
-                0,
-            )
-            for sx in self._new_xorbs
-        ]
-        data = shardfmt.upload_shard_for(infos, xorbs)
+        data = shardfmt.upload_shard_for(infos, self._new_xorbs)
         name = self.cas.put_shard(data)
         # Chunks of this session now live in stored xorbs: keep them addressable by hash.
         for h, (ref, idx) in list(self._session.items()):
