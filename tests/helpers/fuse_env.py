@@ -1,7 +1,7 @@
 """Shared pieces of the real-FUSE system tests: availability check, daemon start and cleanup.
 
 A FUSE test skips only with a reason naming what is missing. CI runs as root with
-/dev/fuse and sets ``GITXET_REQUIRE_FUSE=1``, which turns such a skip into a failure.
+/dev/fuse, so there (``CI`` set, or ``GITXET_REQUIRE_FUSE=1``) such a skip becomes a failure.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Read at import: tests/conftest.py strips GITXET_* from the environment of every test.
+FUSE_REQUIRED = bool(os.environ.get("CI")) or os.environ.get("GITXET_REQUIRE_FUSE") == "1"
 STEP_TIMEOUT = 20.0  # any single wait in these tests; a hang fails instead of stalling CI
 
 
@@ -41,11 +43,11 @@ def fuse_unavailable_reason() -> str | None:
 
 
 def require_fuse() -> None:
-    """Skip (or, with GITXET_REQUIRE_FUSE=1, fail) when FUSE is unavailable."""
+    """Skip (or, in CI, fail) when FUSE is unavailable."""
     reason = fuse_unavailable_reason()
     if reason is None:
         return
-    if os.environ.get("GITXET_REQUIRE_FUSE") == "1":
+    if FUSE_REQUIRED:
         pytest.fail(f"FUSE required but unavailable: {reason}")
     pytest.skip(reason)
 

@@ -120,7 +120,8 @@ def test_unmount_after_daemon_died(mnt: Path, tmp_path: Path) -> None:
         assert wait_dead(proc)
         with pytest.raises(OSError) as info:
             os.listdir(mnt)  # (a stat could still be answered from the attribute cache)
-        assert info.value.errno == errno.ENOTCONN
+        # ECONNABORTED while the kernel is still tearing the connection down, then ENOTCONN.
+        assert info.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)
         unmount(str(mnt), timeout=STEP_TIMEOUT)
         assert not is_mounted(str(mnt))
         assert os.listdir(mnt) == []
