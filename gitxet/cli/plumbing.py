@@ -15,6 +15,7 @@ from gitxet.cli import _errors
 
 def register(app: typer.Typer) -> None:
     app.command("hash")(hash_cmd)
+    app.command("dedup")(dedup_cmd)
 
 
 def hash_cmd(
@@ -49,3 +50,27 @@ def hash_cmd(
                 typer.echo(f"{to_hex(d.hash)}  {p}")
     if failed:
         raise typer.Exit(1)
+
+
+def dedup_cmd(
+    paths: Annotated[list[Path], typer.Argument(help="Files to analyse together.")],
+) -> None:
+    """Show how much the given files would deduplicate (nothing is stored)."""
+    from gitxet.chunking.pipeline import ChunkStream
+
+    seen: dict[bytes, int] = {}
+    total = 0
+    with ThreadPoolExecutor(3, thread_name_prefix="gitxet-dedup") as ex:
+        for p in paths:
+            with open(p, "rb") as f:
+                cs = ChunkStream(f, executor=ex)
+                for block in cs:
+                    for h, c in zip(block.hashes, block.chunks, strict=True):
+                        seen[h] = len(c)
+                total += cs.size
+    unique = sum(seen.values())
+    pct = 100.0 * unique / total if total else 100.0
+    typer.echo(
+        f"{len(paths)} files, {total:,} bytes, {len(seen):,} unique chunks, "
+        f"{unique:,} unique bytes ({pct:.1f}% of the input)"
+    )
