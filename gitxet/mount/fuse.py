@@ -395,10 +395,13 @@ _serving = threading.Lock()  # libfuse state in pyfuse3 is per process: one moun
 class _Loop:
     """The trio side of :func:`serve`: FUSE main loop, signals, readiness, shutdown."""
 
-    def __init__(self, mountpoint: str, ready: Callable[[], None] | None, signals: bool) -> None:
+    def __init__(
+        self, mountpoint: str, ready: Callable[[], None] | None, signals: bool, grace: float
+    ) -> None:
         self.mountpoint = mountpoint
         self.ready = ready
         self.signals = signals
+        self.grace = grace
         self.error: BaseException | None = None
         self.early_signals: list[int] = []  # arrived while trio was not listening
         self._stopping = False
@@ -416,8 +419,8 @@ class _Loop:
         nursery.start_soon(self._deadline, nursery)
 
     async def _deadline(self, nursery: trio.Nursery) -> None:
-        await trio.sleep(SHUTDOWN_GRACE)
-        log.warning("requests still running %g s after shutdown; abandoning them", SHUTDOWN_GRACE)
+        await trio.sleep(self.grace)
+        log.warning("requests still running %g s after shutdown; abandoning them", self.grace)
         nursery.cancel_scope.cancel()
 
     async def run(self) -> None:
@@ -474,13 +477,15 @@ def serve(
     allow_other: bool = False,
     uid: int | None = None,
     gid: int | None = None,
+    shutdown_grace: float = SHUTDOWN_GRACE,
 ) -> None:
     """Mount ``fs`` read-only at ``mountpoint`` and serve it until it is unmounted.
 
     Returns after an external unmount (``fusermount3 -u``) or, when called from the main
-    thread, after SIGTERM / SIGINT, which unmount cleanly. ``ready()`` is called once, in a
-    worker thread, when the mount is live. Raises :class:`MountError` when the mount cannot be
-    made, and re-raises what ``ready()`` raised after unmounting.
+    thread, after SIGTERM / SIGINT, which unmount cleanly: requests still running
+    ``shutdown_grace`` seconds later are abandoned (their callers get ENOTCONN). ``ready()``
+    is called once, in a worker thread, when the mount is live. Raises :class:`MountError`
+    when the mount cannot be made, and re-raises what ``ready()`` raised after unmounting.
     """
     mnt = normalize_mountpoint(mountpoint)
     if not os.path.isdir(mnt):
@@ -490,7 +495,7 @@ def serve(
     if not _serving.acquire(blocking=False):
         raise MountError(mnt, "this process already serves a FUSE mount")
     main_thread = threading.current_thread() is threading.main_thread()
-    loop = _Loop(mnt, ready, main_thread)
+    loop = _Loop(mnt, ready, main_thread, shutdown_grace)
     # Outside trio's own signal receiver (before the loop starts, and while unmounting after
     # it ends) SIGTERM must not kill us: that would leave a dead mount behind. Python-level
     # handlers only exist in the main thread.

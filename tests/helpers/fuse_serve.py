@@ -75,6 +75,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--fail-reads", action="store_true")
     ap.add_argument("--gate")
     ap.add_argument("--ready-file")
+    ap.add_argument("--grace", type=float, default=5.0)
+    ap.add_argument("--fail-ready", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
@@ -88,11 +90,13 @@ def main(argv: list[str]) -> int:
 
     def ready() -> None:
         print("mounted", args.mountpoint, flush=True)
+        if args.fail_ready:
+            raise RuntimeError("ready callback refuses")
         if args.ready_file:
             with open(args.ready_file, "w") as f:
                 f.write("ready\n")
 
-    serve(fs, args.mountpoint, fsname="gitxet-test", ready=ready)
+    serve(fs, args.mountpoint, fsname="gitxet-test", ready=ready, shutdown_grace=args.grace)
     print("unmounted", flush=True)
     return 0
 

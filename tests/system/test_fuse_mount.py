@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.fuse_env import (
+    REPO_ROOT,
     STEP_TIMEOUT,
+    helper_argv,
     mountinfo_has,
     require_fuse,
     spawn,
@@ -225,5 +227,26 @@ def test_unmount_leaves_no_process_and_no_mount(tmp_path: Path) -> None:
         assert not mountinfo_has(str(mnt))
         assert "unmounted" in (tmp_path / "daemon.log").read_text()
         assert os.listdir(mnt) == []  # the plain directory underneath is back
+    finally:
+        stop(str(mnt), proc)
+
+
+def test_failing_ready_callback_unmounts_and_reraises(tmp_path: Path) -> None:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    log = tmp_path / "daemon.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            helper_argv(str(mnt), "--fail-ready"),
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        assert wait_exit(proc) not in (None, 0)
+        assert not mountinfo_has(str(mnt))
+        text = log.read_text()
+        assert "mounted" in text and "RuntimeError: ready callback refuses" in text
     finally:
         stop(str(mnt), proc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,3 +173,31 @@ def test_real_daemon_failure_carries_its_traceback(tmp_path: Path) -> None:
     assert info.value.returncode not in (None, 0)
     assert "MountError" in info.value.log_tail
     assert "mountpoint is not a directory" in info.value.log_tail
+
+
+def test_sigterm_with_a_stuck_read_still_unmounts(mnt: Path, tmp_path: Path) -> None:
+    proc = start(mnt, tmp_path, "--gate", "slow.bin", "--grace", "0.5")
+    outcome: list[BaseException | bytes] = []
+
+    def stuck_reader() -> None:
+        try:
+            outcome.append((mnt / "slow.bin").read_bytes())
+        except OSError as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=stuck_reader, daemon=True)
+    reader.start()
+    try:
+        time.sleep(0.3)
+        assert reader.is_alive()  # the read waits for a gate that never opens
+        began = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)
+        assert wait_dead(proc)
+        assert time.monotonic() - began < 5  # the grace was 0.5 s; the gate would wait 30 s
+        assert not is_mounted(str(mnt))
+        reader.join(STEP_TIMEOUT)
+        assert len(outcome) == 1 and isinstance(outcome[0], OSError)
+        log = (tmp_path / "daemon.log").read_text()
+        assert "abandoning" in log and "unmounted" in log
+    finally:
+        kill_pid(proc.pid)
