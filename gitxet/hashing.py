@@ -34,7 +34,8 @@ _HEX_DIGITS = frozenset("0123456789abcdef")
 
 def to_hex(h: bytes) -> str:
     """Xet hex form of a raw 32-byte hash."""
-    return "%016x%016x%016x%016x" % _WORDS.unpack(h)
+    a, b, c, d = _WORDS.unpack(h)
+    return f"{a:016x}{b:016x}{c:016x}{d:016x}"
 
 
 def from_hex(s: str) -> bytes:

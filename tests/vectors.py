@@ -15,14 +15,29 @@ THREE_MIB = R(3, 3 * 1024 * 1024)
 FILE_VECTORS: list[tuple[str, bytes, str, int | None]] = [
     ("empty", b"", "0" * 64, 0),
     ("one-byte", R(1, 1), "4dcdc14acf08331e9796e19a375ada4a62e9f9230dcb9135e71f7d43b4c914e7", 1),
-    ("hello", b"Hello World!", "a9dae0ad88b060bdd7e7c87abdcf95b132c95a0414b06d4f6beb68d287b87165", 1),
+    (
+        "hello",
+        b"Hello World!",
+        "a9dae0ad88b060bdd7e7c87abdcf95b132c95a0414b06d4f6beb68d287b87165",
+        1,
+    ),
     ("8191", R(7, 8191), "f2a01b0645a632e2f35940405b3b0bf32c21c59a423b3be95c22170623c0eaf6", 1),
     ("8192", R(8, 8192), "8fc1578b779b54c83904dafdc6b194c67d6512cfb7231222d13693abfc135fee", 1),
     ("100k", R(100, 102400), "c8a1f4e118bfe056673c794ac82312ca84550e16f474b078764974f35d70c647", 1),
     ("131073", R(9, 131073), "300bc3c176426ebf38972fd4098796d86d66301a649328eb2f107fefa0013146", 3),
     ("3mib", THREE_MIB, "80f8f184331cb96d89ec5d345cabdca9700dc0a5faa3dd5c3909180f38a3d3a8", 52),
-    ("zeros5m", bytes(5 * 1024 * 1024), "cb734480fbf82ac5292d8b0da056c30b4982ea4ef0f7d68b40c8369ea9fb3dde", 40),
-    ("repeat20", R(20, 1024 * 1024) * 20, "b52fb55639a5221a949cbcd70fe4a1387cfe9a793cdd24b5fa00b2dde5a0aa79", 360),
+    (
+        "zeros5m",
+        bytes(5 * 1024 * 1024),
+        "cb734480fbf82ac5292d8b0da056c30b4982ea4ef0f7d68b40c8369ea9fb3dde",
+        40,
+    ),
+    (
+        "repeat20",
+        R(20, 1024 * 1024) * 20,
+        "b52fb55639a5221a949cbcd70fe4a1387cfe9a793cdd24b5fa00b2dde5a0aa79",
+        360,
+    ),
     (
         "3mib+500k",
         THREE_MIB + R(10, 512000),

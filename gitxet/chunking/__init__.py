@@ -19,6 +19,7 @@ from gitxet.chunking.params import MAX_CHUNK, MIN_CHUNK, WINDOW
 
 FindCandidates = Callable[..., bytes]
 
+_native_find: FindCandidates | None
 try:
     from gitxet.chunking._cdc import find_candidates as _native_find
 
@@ -65,7 +66,9 @@ class Chunker:
             raw = self._find(block, 0, n, prev)
         else:
             step = n // self._ways
-            bounds = [(i * step, n if i == self._ways - 1 else (i + 1) * step) for i in range(self._ways)]
+            bounds = [
+                (i * step, n if i == self._ways - 1 else (i + 1) * step) for i in range(self._ways)
+            ]
             futures = [self._executor.submit(self._find, block, a, b, prev) for a, b in bounds[1:]]
             parts = [self._find(block, bounds[0][0], bounds[0][1], prev)]
             parts.extend(f.result() for f in futures)
@@ -116,13 +119,17 @@ class Chunker:
         return out
 
 
-def chunk_bytes(data: bytes | bytearray | memoryview, find: FindCandidates | None = None) -> list[bytes]:
+def chunk_bytes(
+    data: bytes | bytearray | memoryview, find: FindCandidates | None = None
+) -> list[bytes]:
     """All chunks of an in-memory buffer, as ``bytes``."""
     ch = Chunker(find)
     return [bytes(c) for c in ch.feed(data)] + [bytes(c) for c in ch.finish()]
 
 
-def boundaries(data: bytes | bytearray | memoryview, find: FindCandidates | None = None) -> list[int]:
+def boundaries(
+    data: bytes | bytearray | memoryview, find: FindCandidates | None = None
+) -> list[int]:
     """Chunk end offsets (exclusive) of an in-memory buffer."""
     ends: list[int] = []
     pos = 0

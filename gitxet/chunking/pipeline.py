@@ -78,7 +78,9 @@ class ChunkStream:
     ) -> None:
         self._stream = stream
         self._own_executor = executor is None
-        self._executor: Executor = executor or ThreadPoolExecutor(3, thread_name_prefix="gitxet-chunk")
+        self._executor: Executor = executor or ThreadPoolExecutor(
+            3, thread_name_prefix="gitxet-chunk"
+        )
         self._block_size = block_size
         self._chunker = Chunker(find, self._executor, ways=2)
         self._sha = _Sha256Worker() if sha256 else None

@@ -37,7 +37,9 @@ def _version(value: bool) -> None:
 def _root(
     version: Annotated[
         bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Show version and chunker."),
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Show version and chunker."
+        ),
     ] = False,
 ) -> None:
     """Versioned datasets in git: content-defined chunks, dedup, lazy mounts."""
@@ -67,7 +69,7 @@ def main() -> None:
         raise SystemExit(1) from None
     except BrokenPipeError:
         raise SystemExit(141) from None
-    except Exception as e:  # noqa: BLE001 - the CLI boundary: one line, never a traceback
+    except Exception as e:
         show = getattr(e, "show", None)
         code = getattr(e, "exit_code", None)
         if callable(show) and isinstance(code, int):  # click/typer usage errors

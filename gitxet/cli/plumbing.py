@@ -45,7 +45,11 @@ def hash_cmd(
                 failed = True
                 continue
             if as_json:
-                typer.echo(json.dumps({"path": str(p), "hash": to_hex(d.hash), "size": d.size, "chunks": d.chunks}))
+                typer.echo(
+                    json.dumps(
+                        {"path": str(p), "hash": to_hex(d.hash), "size": d.size, "chunks": d.chunks}
+                    )
+                )
             else:
                 typer.echo(f"{to_hex(d.hash)}  {p}")
     if failed:

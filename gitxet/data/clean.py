@@ -80,7 +80,9 @@ class Ingestor:
     ) -> None:
         self.cas = cas
         self._own_executor = executor is None
-        self._executor: Executor = executor or ThreadPoolExecutor(3, thread_name_prefix="gitxet-ingest")
+        self._executor: Executor = executor or ThreadPoolExecutor(
+            3, thread_name_prefix="gitxet-ingest"
+        )
         self._max_bytes = max_xorb_bytes
         self._max_chunks = max_xorb_chunks
         self._session: dict[bytes, tuple[XorbRef, int]] = {}

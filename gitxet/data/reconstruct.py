@@ -134,7 +134,9 @@ class FileReader:
                 for k, h in zip(range(t.chunk_start, t.chunk_end), hashes, strict=True)
             )
         if file_hash(entries) != self.file_hash:
-            raise IntegrityError("file", to_hex(self.file_hash), "chunks do not hash to the file hash")
+            raise IntegrityError(
+                "file", to_hex(self.file_hash), "chunks do not hash to the file hash"
+            )
 
     def _chunks(self, xorb: bytes, start: int, end: int) -> list[bytes]:
         """Chunks [start, end) of a xorb, from the cache where possible."""

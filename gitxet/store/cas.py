@@ -163,7 +163,8 @@ class LocalCAS:
         db = self._db()
         for i in range(0, len(hashes), 500):
             part = hashes[i : i + 500]
-            q = "SELECT hash, xorb, idx FROM chunks WHERE hash IN (%s)" % ",".join("?" * len(part))
+            marks = ",".join("?" * len(part))
+            q = f"SELECT hash, xorb, idx FROM chunks WHERE hash IN ({marks})"
             for h, x, idx in db.execute(q, part):
                 out[bytes(h)] = (bytes(x), int(idx))
         return out
@@ -242,10 +243,14 @@ class LocalCAS:
             raise IntegrityError("xorb", hx, "empty file") from None
         if footer is None:
             raise IntegrityError("xorb", hx, "stored without its chunk index footer")
-        sizes = [b - a for a, b in zip((0, *footer.uncompressed_ends), footer.uncompressed_ends, strict=False)]
-        if footer.xorb_hash != xorb_hash or merkle_root(
-            list(zip(footer.chunk_hashes, sizes, strict=True))
-        ) != xorb_hash:
+        sizes = [
+            b - a
+            for a, b in zip((0, *footer.uncompressed_ends), footer.uncompressed_ends, strict=False)
+        ]
+        if (
+            footer.xorb_hash != xorb_hash
+            or merkle_root(list(zip(footer.chunk_hashes, sizes, strict=True))) != xorb_hash
+        ):
             raise IntegrityError("xorb", hx, "chunk index does not match the xorb hash")
         lay = XorbLayout(
             xorb_hash,
@@ -263,7 +268,9 @@ class LocalCAS:
         """Serialized bytes (headers included) of chunks ``[start, end)``, unverified."""
         lay = self.layout(xorb_hash)
         if not 0 <= start < end <= lay.num_chunks:
-            raise IndexError(f"chunk range [{start}, {end}) outside xorb of {lay.num_chunks} chunks")
+            raise IndexError(
+                f"chunk range [{start}, {end}) outside xorb of {lay.num_chunks} chunks"
+            )
         a, b = lay.byte_offsets[start], lay.byte_offsets[end]
         fd = os.open(self.xorb_path(xorb_hash), os.O_RDONLY)
         try:
@@ -282,7 +289,9 @@ class LocalCAS:
         try:
             chunks = xorbfmt.decode_chunks(raw, expected_count=end - start)
         except FormatError as e:
-            raise IntegrityError("xorb", hx, f"chunks {start}..{end} unreadable ({e.reason})") from None
+            raise IntegrityError(
+                "xorb", hx, f"chunks {start}..{end} unreadable ({e.reason})"
+            ) from None
         for i, c in enumerate(chunks):
             if chunk_hash(c) != lay.chunk_hashes[start + i]:
                 raise IntegrityError("xorb", hx, f"chunk {start + i} does not match its hash")
@@ -388,7 +397,9 @@ class LocalCAS:
 
     # ---- misc ----------------------------------------------------------------------------
 
-    def lock(self, name: str = "store", *, shared: bool = False) -> contextlib.AbstractContextManager[None]:
+    def lock(
+        self, name: str = "store", *, shared: bool = False
+    ) -> contextlib.AbstractContextManager[None]:
         """A cross-process lock scoped to this store."""
         return file_lock(self._lock_path(name), shared=shared)
 

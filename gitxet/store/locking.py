@@ -26,7 +26,9 @@ def file_lock(path: str, *, shared: bool = False, timeout: float = 300.0) -> Ite
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise StoreError(f"timed out after {timeout:.0f}s waiting for lock {path}") from None
+                    raise StoreError(
+                        f"timed out after {timeout:.0f}s waiting for lock {path}"
+                    ) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.2)
         yield

@@ -46,7 +46,9 @@ class MemoryFS:
     def _new(self, parent: int, name: bytes, kind: NodeKind, mode: int, size: int) -> int:
         ino = self._next
         self._next += 1
-        self._attrs[ino] = Attrs(ino, kind, mode, size, 2 if kind is NodeKind.DIR else 1, self._mtime)
+        self._attrs[ino] = Attrs(
+            ino, kind, mode, size, 2 if kind is NodeKind.DIR else 1, self._mtime
+        )
         self._children[parent][name] = ino
         self._parent[ino] = parent
         return ino

@@ -106,7 +106,9 @@ def test_iter_chunks_parallel_matches_serial() -> None:
     zeros=st.integers(0, 200_000),
     block=st.integers(1, 300_000),
 )
-def test_random_inputs_native_equals_reference(seed: int, size: int, zeros: int, block: int) -> None:
+def test_random_inputs_native_equals_reference(
+    seed: int, size: int, zeros: int, block: int
+) -> None:
     nf = native_find()
     rnd = random.Random(seed)
     data = rnd.randbytes(size // 2) + bytes(zeros) + rnd.randbytes(size - size // 2)

@@ -20,7 +20,7 @@ from tests.vectors import (
 
 def test_hex_form_is_word_swapped() -> None:
     raw = bytes(range(32))
-    s = "0706050403020100" "0f0e0d0c0b0a0908" "1716151413121110" "1f1e1d1c1b1a1918"
+    s = "07060504030201000f0e0d0c0b0a090817161514131211101f1e1d1c1b1a1918"
     assert hashing.to_hex(raw) == s
     assert hashing.from_hex(s) == raw
     for bad in ["", "0" * 63, "G" * 64, "A" * 64, "0" * 65]:
@@ -49,7 +49,9 @@ def test_internal_node_and_verification_draft_vectors() -> None:
     )
 
 
-@pytest.mark.parametrize(("name", "data", "expected", "nchunks"), FILE_VECTORS, ids=[v[0] for v in FILE_VECTORS])
+@pytest.mark.parametrize(
+    ("name", "data", "expected", "nchunks"), FILE_VECTORS, ids=[v[0] for v in FILE_VECTORS]
+)
 def test_file_vectors(name: str, data: bytes, expected: str, nchunks: int | None) -> None:
     d = digest_stream(io.BytesIO(data))
     assert hashing.to_hex(d.hash) == expected
@@ -62,7 +64,12 @@ def test_three_mib_xorb_and_verification() -> None:
     chunks = chunk_bytes(THREE_MIB)
     hashes = [hashing.chunk_hash(c) for c in chunks]
     assert hashing.to_hex(hashes[0]) == THREE_MIB_FIRST_CHUNK
-    assert hashing.to_hex(hashing.xorb_hash([(h, len(c)) for h, c in zip(hashes, chunks, strict=True)])) == THREE_MIB_XORB
+    assert (
+        hashing.to_hex(
+            hashing.xorb_hash([(h, len(c)) for h, c in zip(hashes, chunks, strict=True)])
+        )
+        == THREE_MIB_XORB
+    )
     assert hashing.to_hex(hashing.verification_hash(hashes)) == THREE_MIB_VERIFICATION
 
 
@@ -70,7 +77,10 @@ def test_sha256_shard_form() -> None:
     import hashlib
 
     hx = hashlib.sha256(b"Hello World!").hexdigest()
-    assert hashing.sha256_to_shard(hx).hex() == "53fcf17f65b1837f5dd6a14881c12db92877d6a31f4b2dfc69906d1200d2dd4a"
+    assert (
+        hashing.sha256_to_shard(hx).hex()
+        == "53fcf17f65b1837f5dd6a14881c12db92877d6a31f4b2dfc69906d1200d2dd4a"
+    )
     assert hashing.sha256_from_shard(hashing.sha256_to_shard(hx)) == hx
 
 

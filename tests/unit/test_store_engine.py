@@ -141,7 +141,9 @@ def test_missing_file_and_shard_validation(tmp_path: str) -> None:
     cas = LocalCAS(str(tmp_path), durable=False)
     with pytest.raises(FileNotFoundInCASError):
         FileReader(cas, b"\x01" * 32)
-    bogus = shardfmt.FileInfo(b"\x02" * 32, [shardfmt.FileTerm(b"\x03" * 32, 0, 1, 10)], [b"\x00" * 32], bytes(32))
+    bogus = shardfmt.FileInfo(
+        b"\x02" * 32, [shardfmt.FileTerm(b"\x03" * 32, 0, 1, 10)], [b"\x00" * 32], bytes(32)
+    )
     with pytest.raises(ShardFormatError, match="missing xorb"):
         cas.put_shard(shardfmt.upload_shard_for([bogus], []))
 
