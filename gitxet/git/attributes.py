@@ -1,0 +1,239 @@
+"""Editing ``.gitattributes``: which paths go through the ``xet`` filter.
+
+A tracked pattern is one line ``<pattern> filter=xet diff=xet merge=xet -text`` (the same
+shape as git-lfs uses). ``-text`` keeps git's end-of-line conversion away from the content;
+``diff=xet`` and ``merge=xet`` name drivers that need no configuration: git falls back to its
+defaults for them, which work on the pointer text.
+
+Edits are surgical: other lines, comments, blank lines and the file's line endings are kept
+byte for byte, ``track`` and ``untrack`` are idempotent, and the file is replaced atomically.
+Patterns with blanks or other special characters are written in git's C-style quoted form
+(``"my file.bin" ...``), which git has understood since 2.14; negative patterns (``!x``) are
+refused because git ignores them in attributes files.
+
+**Size-based auto tracking.** :func:`default_auto_track_line` returns
+``* filter=xet diff=xet merge=xet -text``: every file goes to the filter, and the clean filter
+passes files below its size threshold through unchanged (so small files, including the
+``.gitattributes`` file itself, stay ordinary git blobs). Note that ``-text`` then applies to
+every path, which turns off line-ending normalisation repository-wide; add later, more
+specific lines (``*.txt text``) where that matters.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from gitxet.errors import ConfigError, GitError
+from gitxet.git._fsutil import atomic_write, existing_mode
+
+__all__ = [
+    "ATTRIBUTES",
+    "AUTO_TRACK_LINE",
+    "default_auto_track_line",
+    "track",
+    "tracked_patterns",
+    "untrack",
+]
+
+#: The attributes a tracked pattern gets, in this order.
+ATTRIBUTES = "filter=xet diff=xet merge=xet -text"
+#: Suggested line for size-based auto tracking (see the module docstring).
+AUTO_TRACK_LINE = f"* {ATTRIBUTES}"
+
+_OURS = frozenset(ATTRIBUTES.encode().split())
+_BLANKS = b" \t"
+_ESCAPES = {
+    b"\a"[0]: b"\\a",
+    b"\b"[0]: b"\\b",
+    b"\t"[0]: b"\\t",
+    b"\n"[0]: b"\\n",
+    b"\v"[0]: b"\\v",
+    b"\f"[0]: b"\\f",
+    b"\r"[0]: b"\\r",
+    b'"'[0]: b'\\"',
+    b"\\"[0]: b"\\\\",
+}
+_UNESCAPES = {v[1]: k for k, v in _ESCAPES.items()}
+
+
+def default_auto_track_line() -> str:
+    """The ``.gitattributes`` line that sends every file through the xet filter."""
+    return AUTO_TRACK_LINE
+
+
+def _attributes_path(root: str | os.PathLike[str]) -> Path:
+    return Path(root) / ".gitattributes"
+
+
+def _encode_pattern(pattern: str) -> bytes:
+    if not pattern or "\0" in pattern:
+        raise ConfigError(f"invalid attribute pattern {pattern!r}")
+    if pattern.startswith("!"):
+        raise ConfigError(f"negative patterns are not allowed in .gitattributes: {pattern!r}")
+    return os.fsencode(pattern)
+
+
+def _needs_quotes(pattern: bytes) -> bool:
+    return pattern.startswith((b"#", b'"')) or any(c < 0x20 or c in b' "\\\x7f' for c in pattern)
+
+
+def _quote(pattern: bytes) -> bytes:
+    if not _needs_quotes(pattern):
+        return pattern
+    out = bytearray(b'"')
+    for c in pattern:
+        if c in _ESCAPES:
+            out += _ESCAPES[c]
+        elif c < 0x20 or c == 0x7F:
+            out += b"\\%03o" % c
+        else:
+            out.append(c)
+    out += b'"'
+    return bytes(out)
+
+
+def _unquote(text: bytes) -> tuple[bytes, bytes] | None:
+    """Parse a C-quoted token at the start of ``text``: (value, rest) or None if malformed."""
+    out = bytearray()
+    i = 1
+    while i < len(text):
+        c = text[i]
+        if c == 0x22:  # closing quote
+            return bytes(out), text[i + 1 :]
+        if c != 0x5C:  # backslash
+            out.append(c)
+            i += 1
+            continue
+        if i + 1 >= len(text):
+            return None
+        nxt = text[i + 1]
+        if nxt in _UNESCAPES:
+            out.append(_UNESCAPES[nxt])
+            i += 2
+        elif text[i + 1 : i + 4].isdigit() and len(text[i + 1 : i + 4]) == 3:
+            value = int(text[i + 1 : i + 4], 8)
+            if value > 0xFF:
+                return None
+            out.append(value)
+            i += 4
+        else:
+            return None
+    return None
+
+
+def _parse_line(line: bytes) -> tuple[bytes, bytes, list[bytes]] | None:
+    """(pattern, raw pattern token, attributes) of a pattern line; None for blank/comment."""
+    body = line.rstrip(b"\n").rstrip(b"\r").lstrip(_BLANKS)
+    if not body or body.startswith(b"#"):
+        return None
+    if body.startswith(b'"'):
+        parsed = _unquote(body)
+        if parsed is not None:
+            pattern, rest = parsed
+            return pattern, body[: len(body) - len(rest)], rest.split()
+    # git: an unquoted pattern runs up to the first blank.
+    end = next((i for i, c in enumerate(body) if c in _BLANKS), len(body))
+    return body[:end], body[:end], body[end:].split()
+
+
+def _filter_state(attrs: list[bytes]) -> bool | None:
+    """True/False if this line decides whether the path is xet-filtered; None if silent."""
+    state: bool | None = None
+    for attr in attrs:
+        if attr == b"filter=xet":
+            state = True
+        elif attr.startswith(b"filter=") or attr in (b"-filter", b"!filter", b"filter"):
+            state = False
+    return state
+
+
+def _read_lines(path: Path) -> list[bytes]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise GitError(f"cannot read {path}: {exc}") from exc
+    parts = data.split(b"\n")
+    lines = [part + b"\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def _states(lines: list[bytes]) -> dict[bytes, bool]:
+    """Final xet state per literal pattern, later lines overriding earlier ones."""
+    states: dict[bytes, bool] = {}
+    for line in lines:
+        parsed = _parse_line(line)
+        if parsed is None:
+            continue
+        state = _filter_state(parsed[2])
+        if state is not None:
+            states[parsed[0]] = state
+    return states
+
+
+def _write(path: Path, lines: list[bytes]) -> None:
+    atomic_write(path, b"".join(lines), existing_mode(path, 0o644))
+
+
+def tracked_patterns(root: str | os.PathLike[str]) -> list[str]:
+    """Patterns in ``root/.gitattributes`` that currently send files to the xet filter."""
+    states = _states(_read_lines(_attributes_path(root)))
+    return [os.fsdecode(pattern) for pattern, on in states.items() if on]
+
+
+def track(root: str | os.PathLike[str], patterns: Iterable[str]) -> list[str]:
+    """Add a tracking line for each pattern not already tracked; return the ones added.
+
+    Raises:
+        ConfigError: an empty or negative pattern.
+    """
+    path = _attributes_path(root)
+    wanted = [(p, _encode_pattern(p)) for p in patterns]
+    lines = _read_lines(path)
+    states = _states(lines)
+    eol = b"\r\n" if lines and lines[0].endswith(b"\r\n") else b"\n"
+    added: list[str] = []
+    new_lines: list[bytes] = []
+    for text, pattern in wanted:
+        if states.get(pattern):
+            continue
+        states[pattern] = True
+        new_lines.append(_quote(pattern) + b" " + ATTRIBUTES.encode() + eol)
+        added.append(text)
+    if new_lines:
+        if lines and not lines[-1].endswith(b"\n"):
+            lines[-1] += eol
+        _write(path, lines + new_lines)
+    return added
+
+
+def untrack(root: str | os.PathLike[str], patterns: Iterable[str]) -> list[str]:
+    """Stop tracking the given patterns; return those that were tracked.
+
+    A line that only carries gitxet's attributes is removed; on a line that also carries
+    other attributes, only gitxet's are taken out.
+    """
+    path = _attributes_path(root)
+    wanted = {_encode_pattern(p): p for p in patterns}
+    lines = _read_lines(path)
+    kept: list[bytes] = []
+    removed: dict[bytes, str] = {}
+    for line in lines:
+        parsed = _parse_line(line)
+        if parsed is None or parsed[0] not in wanted or b"filter=xet" not in parsed[2]:
+            kept.append(line)
+            continue
+        pattern, token, attrs = parsed
+        removed[pattern] = wanted[pattern]
+        rest = [a for a in attrs if a not in _OURS]
+        if rest:
+            eol = line[len(line.rstrip(b"\r\n")) :]
+            kept.append(token + b" " + b" ".join(rest) + eol)
+    if removed:
+        _write(path, kept)
+    return [text for pattern, text in wanted.items() if pattern in removed]
