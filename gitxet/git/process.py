@@ -1,4 +1,6 @@
-"""Running the ``git`` binary: one-shot commands, streamed listings, and ``cat-file``.
+"""Running the ``git`` binary: one-shot commands, streamed listings, config, remotes.
+
+``CatFile`` and ``batch_check`` live in :mod:`gitxet.git.catfile` and are re-exported here.
 
 Rules that hold for every function here:
 
@@ -18,29 +20,39 @@ Rules that hold for every function here:
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import tempfile
-import threading
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
-from gitxet.errors import GitCommandError, GitError, GitObjectNotFoundError
+from gitxet.errors import GitError, GitObjectNotFoundError
 from gitxet.formats.pointer import MAX_POINTER_SIZE
-
-if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
+from gitxet.git._runner import (
+    GitArg,
+    PathArg,
+    Result,
+    fail,
+    no_option,
+    one_line,
+    run,
+    run_git,
+    spawn_error,
+    stream_records,
+)
+from gitxet.git.catfile import CatFile, CatFileStream, ObjectInfo, batch_check
 
 __all__ = [
     "BlobInfo",
     "CatFile",
     "CatFileStream",
     "ObjectInfo",
+    "PathArg",
     "RevListObject",
     "Scope",
     "TreeEntry",
+    "batch_check",
     "config_add",
     "config_get",
     "config_get_all",
@@ -61,85 +73,13 @@ __all__ = [
     "toplevel",
 ]
 
-PathArg = str | os.PathLike[str]
-GitArg = str | bytes
 #: Where a config key lives. ``None`` in readers means git's merged view.
 Scope = Literal["local", "global", "system"]
 
-_READ_CHUNK = 1 << 16
+READ_CHUNK = 1 << 16
 
 
-# ---- running git --------------------------------------------------------------------------
-
-
-def _argv_text(args: Sequence[GitArg]) -> list[str]:
-    return [os.fsdecode(a) for a in args]
-
-
-def _first_line(stderr: bytes) -> str:
-    for line in stderr.decode("utf-8", "replace").splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
-
-
-def _spawn_error(args: Sequence[GitArg], exc: OSError) -> GitError:
-    if isinstance(exc, FileNotFoundError) and exc.filename in ("git", b"git", None):
-        return GitError("the git executable was not found on PATH")
-    return GitError(f"cannot run git {' '.join(_argv_text(args[:1]))}: {exc}")
-
-
-class _Result(NamedTuple):
-    returncode: int
-    stdout: bytes
-    stderr: bytes
-
-
-def _run(args: Sequence[GitArg], cwd: PathArg | None, input: bytes | None) -> _Result:
-    try:
-        proc = subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            input=input,
-            stdin=None if input is not None else subprocess.DEVNULL,
-            capture_output=True,
-            check=False,
-        )
-    except OSError as exc:
-        raise _spawn_error(args, exc) from exc
-    return _Result(proc.returncode, proc.stdout, proc.stderr)
-
-
-def _fail(args: Sequence[GitArg], result: _Result) -> GitCommandError:
-    return GitCommandError(_argv_text(args), result.returncode, _first_line(result.stderr))
-
-
-def run_git(
-    args: Sequence[GitArg],
-    cwd: PathArg | None = None,
-    input: bytes | None = None,
-    check: bool = True,
-) -> bytes:
-    """Run ``git *args`` in ``cwd`` and return its stdout.
-
-    Raises:
-        GitCommandError: git exited non-zero (only when ``check``).
-        GitError: git could not be started.
-    """
-    result = _run(args, cwd, input)
-    if check and result.returncode != 0:
-        raise _fail(args, result)
-    return result.stdout
-
-
-def _no_option(value: str, what: str) -> str:
-    if not value or value.startswith("-"):
-        raise GitError(f"invalid {what} {value!r}")
-    return value
-
-
-def _one_line(out: bytes) -> bytes:
-    return out[:-1] if out.endswith(b"\n") else out
+# ---- repository paths and revisions ------------------------------------------------------
 
 
 def git_version() -> tuple[int, ...]:
@@ -157,12 +97,12 @@ def git_version() -> tuple[int, ...]:
 
 def git_dir(cwd: PathArg) -> Path:
     """Absolute path of the repository's git directory (``.git`` or a bare repo)."""
-    return Path(os.fsdecode(_one_line(run_git(["rev-parse", "--absolute-git-dir"], cwd))))
+    return Path(os.fsdecode(one_line(run_git(["rev-parse", "--absolute-git-dir"], cwd))))
 
 
 def toplevel(cwd: PathArg) -> Path:
     """Absolute path of the working tree's top directory (fails in a bare repository)."""
-    return Path(os.fsdecode(_one_line(run_git(["rev-parse", "--show-toplevel"], cwd))))
+    return Path(os.fsdecode(one_line(run_git(["rev-parse", "--show-toplevel"], cwd))))
 
 
 def rev_parse(cwd: PathArg, rev: str) -> str:
@@ -171,56 +111,16 @@ def rev_parse(cwd: PathArg, rev: str) -> str:
     Raises:
         GitObjectNotFoundError: ``rev`` names nothing.
     """
-    _no_option(rev, "revision")
-    result = _run(["rev-parse", "--verify", "--quiet", rev], cwd, None)
+    no_option(rev, "revision")
+    result = run(["rev-parse", "--verify", "--quiet", rev], cwd, None)
     if result.returncode != 0:
         if result.stderr.strip():
-            raise _fail(["rev-parse", rev], result)
+            raise fail(["rev-parse", rev], result)
         raise GitObjectNotFoundError(rev)
-    return _one_line(result.stdout).decode("ascii")
+    return one_line(result.stdout).decode("ascii")
 
 
 # ---- streamed listings --------------------------------------------------------------------
-
-
-def _stream_records(
-    args: Sequence[GitArg], cwd: PathArg | None, sep: bytes, stdin: IO[bytes] | None = None
-) -> Generator[bytes, None, None]:
-    """Yield ``sep``-terminated records from git's stdout as they arrive."""
-    with tempfile.TemporaryFile() as err:
-        try:
-            proc = subprocess.Popen(
-                ["git", *args],
-                cwd=cwd,
-                stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=err,
-            )
-        except OSError as exc:
-            raise _spawn_error(args, exc) from exc
-        finished = False
-        try:
-            assert proc.stdout is not None
-            out = proc.stdout
-            assert isinstance(out, io.BufferedReader)
-            pending = b""
-            while chunk := out.read1(_READ_CHUNK):
-                pending += chunk
-                *records, pending = pending.split(sep)
-                yield from records
-            if pending:
-                yield pending  # a last record without terminator
-            returncode = proc.wait()
-            finished = True
-            if returncode != 0:
-                err.seek(0)
-                raise _fail(args, _Result(returncode, b"", err.read(64 * 1024)))
-        finally:
-            if not finished:  # the consumer stopped early, or we failed: don't leak git
-                proc.kill()
-                proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
 
 
 class TreeEntry(NamedTuple):
@@ -260,12 +160,12 @@ def iter_ls_tree(
     recursive: bool = True,
 ) -> Iterator[TreeEntry]:
     """Stream the entries of ``treeish`` (recursively by default), paths as bytes."""
-    _no_option(treeish, "tree-ish")
+    no_option(treeish, "tree-ish")
     args: list[GitArg] = ["ls-tree", "-z", "--long", "--full-tree"]
     if recursive:
         args.append("-r")
     args += [treeish, "--", *paths]
-    for record in _stream_records(args, cwd, b"\0"):
+    for record in stream_records(args, cwd, b"\0"):
         yield _parse_tree_entry(record)
 
 
@@ -297,12 +197,12 @@ def _rev_list_args(
     if not revs:
         raise GitError("rev-list needs at least one revision")
     args: list[GitArg] = ["rev-list", "--objects"]
-    args += [_no_option(r, "revision") for r in revs]
+    args += [no_option(r, "revision") for r in revs]
     if exclude or exclude_remote is not None:
         args.append("--not")
-        args += [_no_option(r, "revision") for r in exclude]
+        args += [no_option(r, "revision") for r in exclude]
         if exclude_remote is not None:
-            args.append(f"--remotes={_no_option(exclude_remote, 'remote name')}")
+            args.append(f"--remotes={no_option(exclude_remote, 'remote name')}")
     return args
 
 
@@ -317,7 +217,7 @@ def rev_list_objects(
     This is the pre-push question "what would this push send that the remote does not
     already have": ``git rev-list --objects <revs> --not <exclude> --remotes=<remote>``.
     """
-    for record in _stream_records(_rev_list_args(revs, exclude, exclude_remote), cwd, b"\n"):
+    for record in stream_records(_rev_list_args(revs, exclude, exclude_remote), cwd, b"\n"):
         oid, sep, path = record.partition(b" ")
         yield RevListObject(oid.decode("ascii"), path if sep else None)
 
@@ -354,11 +254,11 @@ def small_blobs(
                 stderr=err,
             )
         except OSError as exc:
-            raise _spawn_error(args, exc) from exc
+            raise spawn_error(args, exc) from exc
         done = False
         check = ["cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize) %(rest)"]
         assert producer.stdout is not None
-        records = _stream_records(check, cwd, b"\n", stdin=producer.stdout)
+        records = stream_records(check, cwd, b"\n", stdin=producer.stdout)
         try:
             for record in records:
                 fields = record.split(b" ", 3)
@@ -374,249 +274,13 @@ def small_blobs(
             done = True
             if returncode != 0:
                 err.seek(0)
-                raise _fail(args, _Result(returncode, b"", err.read(64 * 1024)))
+                raise fail(args, Result(returncode, b"", err.read(64 * 1024)))
         finally:
             records.close()  # stops cat-file now, not whenever the generator is collected
             if not done:
                 producer.kill()
                 producer.wait()
             producer.stdout.close()
-
-
-# ---- cat-file --batch ---------------------------------------------------------------------
-
-
-class ObjectInfo(NamedTuple):
-    """What ``cat-file --batch-check`` says about an object."""
-
-    oid: str
-    type: str
-    size: int
-
-
-class _BatchProcess:
-    """One long-lived ``git cat-file --batch[-check]`` with stderr kept in a temp file."""
-
-    def __init__(self, cwd: PathArg, mode: str) -> None:
-        # Lives as long as the process; closed in close().
-        self._err = tempfile.TemporaryFile()  # noqa: SIM115
-        self._args = ["cat-file", mode]
-        try:
-            self.proc = subprocess.Popen(
-                ["git", *self._args],
-                cwd=cwd,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self._err,
-            )
-        except OSError as exc:
-            self._err.close()
-            raise _spawn_error(self._args, exc) from exc
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.stdin: IO[bytes] = self.proc.stdin
-        self.stdout: IO[bytes] = self.proc.stdout
-
-    def died(self) -> GitError:
-        self.proc.poll()
-        self._err.seek(0)
-        stderr = self._err.read(64 * 1024)
-        code = self.proc.returncode
-        return GitCommandError(self._args, -1 if code is None else code, _first_line(stderr))
-
-    def ask(self, name: str) -> ObjectInfo | None:
-        """Send one request; parse the header. ``None`` when git says missing/ambiguous."""
-        try:
-            encoded = name.encode("utf-8", "surrogateescape")
-            self.stdin.write(encoded + b"\n")
-            self.stdin.flush()
-            # "<name> missing" echoes the name, so allow for it; otherwise bounded.
-            header = self.stdout.readline(len(encoded) + 128)
-        except (BrokenPipeError, ValueError):
-            raise self.died() from None
-        if not header.endswith(b"\n"):
-            raise self.died()
-        fields = header[:-1].split(b" ")
-        if len(fields) == 2 and fields[1] in (b"missing", b"ambiguous"):
-            return None
-        if len(fields) != 3 or not fields[2].isdigit():
-            raise GitError(f"unexpected cat-file output {header[:200]!r}")
-        return ObjectInfo(fields[0].decode("ascii"), fields[1].decode("ascii"), int(fields[2]))
-
-    def read_exact(self, n: int) -> bytes:
-        data = self.stdout.read(n)
-        if len(data) != n:
-            raise self.died()
-        return data
-
-    def skip(self, n: int) -> None:
-        while n > 0:
-            n -= len(self.read_exact(min(n, _READ_CHUNK)))
-
-    def close(self) -> None:
-        try:
-            self.stdin.close()
-        except OSError:  # git already gone
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.stdout.close()
-        self._err.close()
-
-
-def _check_name(name: str) -> None:
-    if not name or "\n" in name or "\0" in name:
-        raise GitError(f"invalid object name {name!r}")
-
-
-class CatFileStream(io.RawIOBase):
-    """The content of one object, read straight from ``cat-file --batch``.
-
-    Close it (or use ``with``) before the next :class:`CatFile` request; closing skips what
-    was not read, so the batch stays in step.
-    """
-
-    def __init__(self, owner: CatFile, batch: _BatchProcess, info: ObjectInfo) -> None:
-        super().__init__()
-        self._owner = owner
-        self._batch = batch
-        self.info = info
-        self._left = info.size
-
-    @property
-    def oid(self) -> str:
-        return self.info.oid
-
-    @property
-    def type(self) -> str:
-        return self.info.type
-
-    @property
-    def size(self) -> int:
-        return self.info.size
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: WriteableBuffer) -> int:
-        view = memoryview(buffer).cast("B")
-        n = min(view.nbytes, self._left)
-        if n == 0:
-            return 0
-        data = self._batch.read_exact(n)
-        view[:n] = data
-        self._left -= n
-        return n
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            self._batch.skip(self._left)
-            self._left = 0
-            if self._batch.read_exact(1) != b"\n":
-                raise GitError("cat-file content is not followed by LF")
-        finally:
-            super().close()
-            self._owner._release()
-
-
-class CatFile:
-    """A long-lived ``git cat-file --batch`` (and ``--batch-check``) for one repository.
-
-    Use as a context manager. Requests are serialized by a lock; an open stream holds it
-    until closed. Object names may be anything ``cat-file`` accepts (ids, ``rev:path``).
-    """
-
-    def __init__(self, cwd: PathArg) -> None:
-        self._cwd = cwd
-        self._lock = threading.Lock()
-        self._streaming_thread: int | None = None
-        self._batch: _BatchProcess | None = None
-        self._check: _BatchProcess | None = None
-
-    def __enter__(self) -> CatFile:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _get_batch(self) -> _BatchProcess:
-        if self._batch is None:
-            self._batch = _BatchProcess(self._cwd, "--batch")
-        return self._batch
-
-    def _acquire(self) -> None:
-        if self._streaming_thread == threading.get_ident():
-            # Waiting would dead-lock: this very thread holds the open stream.
-            raise GitError("a CatFile stream is still open; close it before the next request")
-        self._lock.acquire()
-
-    def _release(self) -> None:
-        self._streaming_thread = None
-        self._lock.release()
-
-    def info(self, name: str) -> ObjectInfo:
-        """Type and size of an object, without reading it.
-
-        Raises:
-            GitObjectNotFoundError: no such object.
-        """
-        _check_name(name)
-        self._acquire()
-        try:
-            if self._check is None:
-                self._check = _BatchProcess(self._cwd, "--batch-check")
-            info = self._check.ask(name)
-        finally:
-            self._lock.release()
-        if info is None:
-            raise GitObjectNotFoundError(name)
-        return info
-
-    def read(self, name: str, max_size: int | None = None) -> tuple[str, bytes]:
-        """Return ``(type, content)`` of an object.
-
-        Args:
-            max_size: refuse objects bigger than this (the content is skipped, not loaded).
-
-        Raises:
-            GitObjectNotFoundError: no such object.
-            GitError: the object is bigger than ``max_size``.
-        """
-        with self.stream(name) as stream:
-            if max_size is not None and stream.size > max_size:
-                raise GitError(f"object {name} has {stream.size} bytes, over {max_size}")
-            return stream.type, stream.read(stream.size) if stream.size else b""
-
-    def stream(self, name: str) -> CatFileStream:
-        """Open an object for streaming reads (for big blobs); close it when done.
-
-        Raises:
-            GitObjectNotFoundError: no such object.
-        """
-        _check_name(name)
-        self._acquire()
-        try:
-            batch = self._get_batch()
-            info = batch.ask(name)
-            if info is None:
-                raise GitObjectNotFoundError(name)
-            stream = CatFileStream(self, batch, info)
-        except BaseException:
-            self._lock.release()
-            raise
-        self._streaming_thread = threading.get_ident()
-        return stream
-
-    def close(self) -> None:
-        """Stop the git processes."""
-        for proc in (self._batch, self._check):
-            if proc is not None:
-                proc.close()
-        self._batch = self._check = None
 
 
 # ---- config -------------------------------------------------------------------------------
@@ -631,7 +295,7 @@ def _scope_args(scope: Scope | None) -> list[GitArg]:
 
 
 def _config_key(key: str) -> str:
-    return _no_option(key, "config key")
+    return no_option(key, "config key")
 
 
 def config_get(cwd: PathArg | None, key: str, scope: Scope | None = None) -> str | None:
@@ -643,11 +307,11 @@ def config_get(cwd: PathArg | None, key: str, scope: Scope | None = None) -> str
 def config_get_all(cwd: PathArg | None, key: str, scope: Scope | None = None) -> list[str]:
     """Every value of ``key`` in order; empty if unset."""
     args = ["config", *_scope_args(scope), "-z", "--get-all", _config_key(key)]
-    result = _run(args, cwd, None)
+    result = run(args, cwd, None)
     if result.returncode == 1:
         return []
     if result.returncode != 0:
-        raise _fail(args, result)
+        raise fail(args, result)
     return [v.decode("utf-8", "surrogateescape") for v in result.stdout.split(b"\0")[:-1]]
 
 
@@ -655,12 +319,12 @@ def config_get_regexp(
     cwd: PathArg | None, pattern: str, scope: Scope | None = None
 ) -> list[tuple[str, str]]:
     """``(key, value)`` pairs whose key matches the regular expression ``pattern``."""
-    args = ["config", *_scope_args(scope), "-z", "--get-regexp", _no_option(pattern, "pattern")]
-    result = _run(args, cwd, None)
+    args = ["config", *_scope_args(scope), "-z", "--get-regexp", no_option(pattern, "pattern")]
+    result = run(args, cwd, None)
     if result.returncode == 1:
         return []
     if result.returncode != 0:
-        raise _fail(args, result)
+        raise fail(args, result)
     pairs: list[tuple[str, str]] = []
     for record in result.stdout.split(b"\0")[:-1]:
         key, _, value = record.partition(b"\n")
@@ -683,11 +347,11 @@ def config_add(cwd: PathArg | None, key: str, value: str, scope: Scope = "local"
 def config_unset(cwd: PathArg | None, key: str, scope: Scope = "local") -> bool:
     """Remove every value of ``key``; False if it was not set."""
     args = ["config", *_scope_args(scope), "--unset-all", _config_key(key)]
-    result = _run(args, cwd, None)
+    result = run(args, cwd, None)
     if result.returncode == 5:  # git: "you try to unset an option which does not exist"
         return False
     if result.returncode != 0:
-        raise _fail(args, result)
+        raise fail(args, result)
     return True
 
 
@@ -700,8 +364,8 @@ def config_remove_empty_section(cwd: PathArg | None, section: str, scope: Scope 
     escaped = section.replace(".", r"\.")
     if config_get_regexp(cwd, f"^{escaped}\\.", scope):
         return False
-    args = ["config", *_scope_args(scope), "--remove-section", _no_option(section, "section")]
-    _run(args, cwd, None)  # fails harmlessly when there is no such header
+    args = ["config", *_scope_args(scope), "--remove-section", no_option(section, "section")]
+    run(args, cwd, None)  # fails harmlessly when there is no such header
     return True
 
 
@@ -715,10 +379,10 @@ def list_remotes(cwd: PathArg) -> list[str]:
 
 def remote_url(cwd: PathArg, name: str) -> str | None:
     """The fetch URL of remote ``name`` (with ``insteadOf`` applied), or None if unknown."""
-    args = ["remote", "get-url", _no_option(name, "remote name")]
-    result = _run(args, cwd, None)
+    args = ["remote", "get-url", no_option(name, "remote name")]
+    result = run(args, cwd, None)
     if result.returncode != 0:
         if name not in list_remotes(cwd):
             return None
-        raise _fail(args, result)
-    return _one_line(result.stdout).decode("utf-8", "surrogateescape")
+        raise fail(args, result)
+    return one_line(result.stdout).decode("utf-8", "surrogateescape")

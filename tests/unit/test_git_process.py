@@ -277,3 +277,20 @@ def test_rev_list_objects_and_small_blobs(repo: Path, run_git_cmd: Git, tmp_path
         list(gp.rev_list_objects(repo, ["--all"]))
     with pytest.raises(GitError, match="at least one"):
         list(gp.rev_list_objects(repo, []))
+
+
+def test_batch_check_streams_many_names(repo: Path) -> None:
+    names = ["HEAD:plain.txt", "HEAD:nope", "HEAD", "0" * 40] + ["HEAD:with space.bin"] * 3000
+    answers = list(gp.batch_check(repo, names))
+    assert [n for n, _ in answers] == names
+    assert answers[0][1] is not None and answers[0][1].size == 0
+    assert answers[1][1] is None and answers[3][1] is None
+    assert answers[2][1] is not None and answers[2][1].type == "commit"
+    assert {a[1] for a in answers[4:]} == {answers[4][1]}
+    assert answers[4][1] is not None and answers[4][1].size == 100
+    assert list(gp.batch_check(repo, [])) == []
+    it = gp.batch_check(repo, (f"HEAD:{i}" for i in range(100_000)))
+    assert next(it)[1] is None
+    it.close()  # kills git and the feeder thread ends; nothing leaks
+    with pytest.raises(GitError, match="invalid object name"):
+        list(gp.batch_check(repo, ["HEAD", "bad\nname"]))

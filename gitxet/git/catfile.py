@@ -1,0 +1,327 @@
+"""Reading objects through long-lived ``git cat-file`` processes.
+
+:class:`CatFile` keeps one ``--batch`` (content) and one ``--batch-check`` (type and size)
+process per repository, so reading many small objects costs no process start each.
+:func:`batch_check` answers a long list of names through a single process. Object names may
+be anything ``cat-file`` accepts (ids, ``rev:path``) but no newline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import IO, TYPE_CHECKING, NamedTuple
+
+from gitxet.errors import GitCommandError, GitError, GitObjectNotFoundError
+from gitxet.git._runner import READ_CHUNK, PathArg, Result, fail, first_line, spawn_error
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+__all__ = ["CatFile", "CatFileStream", "ObjectInfo", "batch_check"]
+
+
+class ObjectInfo(NamedTuple):
+    """What ``cat-file --batch-check`` says about an object."""
+
+    oid: str
+    type: str
+    size: int
+
+
+def batch_check(cwd: PathArg, names: Iterable[str]) -> Iterator[tuple[str, ObjectInfo | None]]:
+    """``(name, info)`` for each object name, in order; ``info`` is None if it is missing.
+
+    One ``cat-file --batch-check`` for any number of names: a thread feeds the names while
+    answers are read, so neither side waits on the other and memory stays flat.
+    """
+    args = ["cat-file", "--batch-check"]
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(
+                ["git", *args], cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err
+            )
+        except OSError as exc:
+            raise spawn_error(args, exc) from exc
+        assert proc.stdin is not None and proc.stdout is not None
+        stdin, stdout = proc.stdin, proc.stdout
+        queue: deque[str] = deque()
+        lock = threading.Lock()
+        feed_error: list[BaseException] = []
+
+        def feed() -> None:
+            try:
+                for name in names:
+                    _check_name(name)
+                    with lock:
+                        queue.append(name)
+                    stdin.write(name.encode("utf-8", "surrogateescape") + b"\n")
+            except BrokenPipeError:
+                pass  # git went away; the reader reports why
+            except BaseException as exc:
+                feed_error.append(exc)
+            finally:
+                with contextlib.suppress(OSError):
+                    stdin.close()
+
+        feeder = threading.Thread(target=feed, name="gitxet-batch-check", daemon=True)
+        feeder.start()
+        finished = False
+        try:
+            for line in stdout:
+                with lock:
+                    name = queue.popleft() if queue else None
+                if name is None or not line.endswith(b"\n"):
+                    raise GitError(f"unexpected cat-file output {line[:200]!r}")
+                fields = line[:-1].split(b" ")
+                if len(fields) >= 2 and fields[-1] in (b"missing", b"ambiguous"):
+                    yield name, None
+                elif len(fields) == 3 and fields[2].isdigit():
+                    info = ObjectInfo(fields[0].decode("ascii"), fields[1].decode(), int(fields[2]))
+                    yield name, info
+                else:
+                    raise GitError(f"unexpected cat-file output {line[:200]!r}")
+            feeder.join()
+            returncode = proc.wait()
+            finished = True
+            if feed_error:
+                raise feed_error[0]
+            if returncode != 0:
+                err.seek(0)
+                raise fail(args, Result(returncode, b"", err.read(64 * 1024)))
+        finally:
+            if not finished:
+                proc.kill()
+                proc.wait()
+                feeder.join(timeout=10)
+            stdout.close()
+
+
+class _BatchProcess:
+    """One long-lived ``git cat-file --batch[-check]`` with stderr kept in a temp file."""
+
+    def __init__(self, cwd: PathArg, mode: str) -> None:
+        # Lives as long as the process; closed in close().
+        self._err = tempfile.TemporaryFile()  # noqa: SIM115
+        self._args = ["cat-file", mode]
+        try:
+            self.proc = subprocess.Popen(
+                ["git", *self._args],
+                cwd=cwd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._err,
+            )
+        except OSError as exc:
+            self._err.close()
+            raise spawn_error(self._args, exc) from exc
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin: IO[bytes] = self.proc.stdin
+        self.stdout: IO[bytes] = self.proc.stdout
+
+    def died(self) -> GitError:
+        self.proc.poll()
+        self._err.seek(0)
+        stderr = self._err.read(64 * 1024)
+        code = self.proc.returncode
+        return GitCommandError(self._args, -1 if code is None else code, first_line(stderr))
+
+    def ask(self, name: str) -> ObjectInfo | None:
+        """Send one request; parse the header. ``None`` when git says missing/ambiguous."""
+        try:
+            encoded = name.encode("utf-8", "surrogateescape")
+            self.stdin.write(encoded + b"\n")
+            self.stdin.flush()
+            # "<name> missing" echoes the name, so allow for it; otherwise bounded.
+            header = self.stdout.readline(len(encoded) + 128)
+        except (BrokenPipeError, ValueError):
+            raise self.died() from None
+        if not header.endswith(b"\n"):
+            raise self.died()
+        fields = header[:-1].split(b" ")
+        if len(fields) == 2 and fields[1] in (b"missing", b"ambiguous"):
+            return None
+        if len(fields) != 3 or not fields[2].isdigit():
+            raise GitError(f"unexpected cat-file output {header[:200]!r}")
+        return ObjectInfo(fields[0].decode("ascii"), fields[1].decode("ascii"), int(fields[2]))
+
+    def read_exact(self, n: int) -> bytes:
+        data = self.stdout.read(n)
+        if len(data) != n:
+            raise self.died()
+        return data
+
+    def skip(self, n: int) -> None:
+        while n > 0:
+            n -= len(self.read_exact(min(n, READ_CHUNK)))
+
+    def close(self) -> None:
+        try:
+            self.stdin.close()
+        except OSError:  # git already gone
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.stdout.close()
+        self._err.close()
+
+
+def _check_name(name: str) -> None:
+    if not name or "\n" in name or "\0" in name:
+        raise GitError(f"invalid object name {name!r}")
+
+
+class CatFileStream(io.RawIOBase):
+    """The content of one object, read straight from ``cat-file --batch``.
+
+    Close it (or use ``with``) before the next :class:`CatFile` request; closing skips what
+    was not read, so the batch stays in step.
+    """
+
+    def __init__(self, owner: CatFile, batch: _BatchProcess, info: ObjectInfo) -> None:
+        super().__init__()
+        self._owner = owner
+        self._batch = batch
+        self.info = info
+        self._left = info.size
+
+    @property
+    def oid(self) -> str:
+        return self.info.oid
+
+    @property
+    def type(self) -> str:
+        return self.info.type
+
+    @property
+    def size(self) -> int:
+        return self.info.size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer).cast("B")
+        n = min(view.nbytes, self._left)
+        if n == 0:
+            return 0
+        data = self._batch.read_exact(n)
+        view[:n] = data
+        self._left -= n
+        return n
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._batch.skip(self._left)
+            self._left = 0
+            if self._batch.read_exact(1) != b"\n":
+                raise GitError("cat-file content is not followed by LF")
+        finally:
+            super().close()
+            self._owner._release()
+
+
+class CatFile:
+    """A long-lived ``git cat-file --batch`` (and ``--batch-check``) for one repository.
+
+    Use as a context manager. Requests are serialized by a lock; an open stream holds it
+    until closed. Object names may be anything ``cat-file`` accepts (ids, ``rev:path``).
+    """
+
+    def __init__(self, cwd: PathArg) -> None:
+        self._cwd = cwd
+        self._lock = threading.Lock()
+        self._streaming_thread: int | None = None
+        self._batch: _BatchProcess | None = None
+        self._check: _BatchProcess | None = None
+
+    def __enter__(self) -> CatFile:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _get_batch(self) -> _BatchProcess:
+        if self._batch is None:
+            self._batch = _BatchProcess(self._cwd, "--batch")
+        return self._batch
+
+    def _acquire(self) -> None:
+        if self._streaming_thread == threading.get_ident():
+            # Waiting would dead-lock: this very thread holds the open stream.
+            raise GitError("a CatFile stream is still open; close it before the next request")
+        self._lock.acquire()
+
+    def _release(self) -> None:
+        self._streaming_thread = None
+        self._lock.release()
+
+    def info(self, name: str) -> ObjectInfo:
+        """Type and size of an object, without reading it.
+
+        Raises:
+            GitObjectNotFoundError: no such object.
+        """
+        _check_name(name)
+        self._acquire()
+        try:
+            if self._check is None:
+                self._check = _BatchProcess(self._cwd, "--batch-check")
+            info = self._check.ask(name)
+        finally:
+            self._lock.release()
+        if info is None:
+            raise GitObjectNotFoundError(name)
+        return info
+
+    def read(self, name: str, max_size: int | None = None) -> tuple[str, bytes]:
+        """Return ``(type, content)`` of an object.
+
+        Args:
+            max_size: refuse objects bigger than this (the content is skipped, not loaded).
+
+        Raises:
+            GitObjectNotFoundError: no such object.
+            GitError: the object is bigger than ``max_size``.
+        """
+        with self.stream(name) as stream:
+            if max_size is not None and stream.size > max_size:
+                raise GitError(f"object {name} has {stream.size} bytes, over {max_size}")
+            return stream.type, stream.read(stream.size) if stream.size else b""
+
+    def stream(self, name: str) -> CatFileStream:
+        """Open an object for streaming reads (for big blobs); close it when done.
+
+        Raises:
+            GitObjectNotFoundError: no such object.
+        """
+        _check_name(name)
+        self._acquire()
+        try:
+            batch = self._get_batch()
+            info = batch.ask(name)
+            if info is None:
+                raise GitObjectNotFoundError(name)
+            stream = CatFileStream(self, batch, info)
+        except BaseException:
+            self._lock.release()
+            raise
+        self._streaming_thread = threading.get_ident()
+        return stream
+
+    def close(self) -> None:
+        """Stop the git processes."""
+        for proc in (self._batch, self._check):
+            if proc is not None:
+                proc.close()
+        self._batch = self._check = None
