@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 import gitxet
-from gitxet.cli import _errors, plumbing
+from gitxet.cli import _errors, gitcmds, plumbing
 
 app = typer.Typer(
     name="git-xet",
@@ -46,6 +46,7 @@ def _root(
 
 
 plumbing.register(app)
+gitcmds.register(app)
 
 
 def main() -> None:

@@ -183,6 +183,8 @@ class Ingestor:
         Returns the shard's name, or None when nothing was staged.
         """
         self._cut()
+        # a file some stored shard already describes needs no new description
+        self._files = [f for f in self._files if self.cas.file_info(f.file_hash) is None]
         if not self._files and not self._new_xorbs:
             return None
         infos: list[shardfmt.FileInfo] = []

@@ -1,0 +1,51 @@
+"""Progress bars: rich on a terminal, silent otherwise (pipes, CI logs, git's filter)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True)
+
+
+def interactive() -> bool:
+    return sys.stderr.isatty()
+
+
+@contextmanager
+def byte_progress(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """Yield an ``advance(nbytes)`` callback; draws a bar only on a terminal."""
+    if not interactive():
+        yield lambda n: None
+        return
+    lock = threading.Lock()
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=stderr_console(),
+        transient=False,
+    ) as progress:
+        task = progress.add_task(description, total=total)
+
+        def advance(n: int) -> None:
+            with lock:
+                progress.advance(task, n)
+
+        yield advance

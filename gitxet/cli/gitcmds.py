@@ -1,0 +1,536 @@
+"""Git workflow commands: install, init, track, add, push, clone, checkout, status, ..."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from gitxet.cli._progress import byte_progress, interactive
+
+ScopeOpt = Literal["local", "global", "system"]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("install")(install_cmd)
+    app.command("uninstall")(uninstall_cmd)
+    app.command("init")(init_cmd)
+    app.command("track")(track_cmd)
+    app.command("untrack")(untrack_cmd)
+    app.command("add")(add_cmd)
+    app.command("push")(push_cmd)
+    app.command("pull")(pull_cmd)
+    app.command("fetch")(fetch_cmd)
+    app.command("clone")(clone_cmd)
+    app.command("checkout")(checkout_cmd)
+    app.command("materialize")(checkout_cmd)
+    app.command("dematerialize")(dematerialize_cmd)
+    app.command("status")(status_cmd)
+    app.command("ls-files")(ls_files_cmd)
+    app.command("env")(env_cmd)
+    app.command("filter-process", hidden=True)(filter_process_cmd)
+    app.command("clean", hidden=True)(clean_cmd)
+    app.command("smudge", hidden=True)(smudge_cmd)
+    app.command("pre-push", hidden=True)(pre_push_cmd)
+
+
+def _program() -> str:
+    """How git should call us back: ``git-xet`` if that is on PATH, else this interpreter."""
+    import shutil
+
+    found = shutil.which("git-xet")
+    if found:
+        return "git-xet"
+    return f"{sys.executable} -m gitxet"
+
+
+def _open_repo(path: str = ".", **kw: object):  # type: ignore[no-untyped-def]
+    from gitxet.repo import XetRepo
+
+    lazy_env = os.environ.get("GITXET_LAZY")
+    lazy = None if lazy_env is None else lazy_env.lower() in ("1", "true", "yes")
+    return XetRepo(path, lazy=lazy, stats_path=os.environ.get("GITXET_STATS_FILE"), **kw)  # type: ignore[arg-type]
+
+
+def _say(msg: str) -> None:
+    typer.echo(msg, err=True)
+
+
+# ---- install / init / track ------------------------------------------------------------------
+
+
+def install_cmd(
+    local: Annotated[bool, typer.Option("--local", help="Only this repository.")] = False,
+    system: Annotated[
+        bool, typer.Option("--system", help="For every user of this machine.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite foreign filter settings.")
+    ] = False,
+) -> None:
+    """Configure git's xet filter (global by default) and, in a repository, its hooks."""
+    from gitxet.git import config, hooks, process
+
+    scope: ScopeOpt = "local" if local else "system" if system else "global"
+    repo = None
+    try:
+        repo = str(process.toplevel("."))
+    except Exception:
+        repo = None
+    if scope == "local" and repo is None:
+        raise typer.BadParameter("--local needs to run inside a git repository")
+    program = _program()
+    report = config.install(scope, repo, f"{program} filter-process", force=force)
+    _say(
+        f"git-xet: filter installed in the {scope} git config ({len(report.written)} keys written)"
+    )
+    if repo is not None:
+        hooks.install_hooks(repo, program=program, on_conflict="chain")
+        _say("git-xet: hooks installed (pre-push, post-checkout, post-merge)")
+
+
+def uninstall_cmd(
+    local: Annotated[bool, typer.Option("--local")] = False,
+    system: Annotated[bool, typer.Option("--system")] = False,
+) -> None:
+    """Remove exactly what ``install`` wrote."""
+    from gitxet.git import config, hooks, process
+
+    scope: ScopeOpt = "local" if local else "system" if system else "global"
+    repo = None
+    try:
+        repo = str(process.toplevel("."))
+    except Exception:
+        repo = None
+    report = config.uninstall(scope, repo)
+    _say(f"git-xet: removed {len(report.removed)} keys from the {scope} git config")
+    if repo is not None:
+        hooks.uninstall_hooks(repo)
+
+
+def init_cmd(
+    threshold: Annotated[
+        str, typer.Option(help="Files at least this big become pointers (e.g. 256k, 1m).")
+    ] = "256k",
+) -> None:
+    """Set this repository up: local filter + hooks, and auto-tracking of big files."""
+    from gitxet.git import attributes, config, hooks, process
+    from gitxet.repo import parse_size
+
+    parse_size(threshold)
+    root = str(process.toplevel("."))
+    program = _program()
+    config.install("local", root, f"{program} filter-process", force=True)
+    hooks.install_hooks(root, program=program, on_conflict="chain")
+    process.config_set(root, "xet.threshold", threshold)
+    attributes.track(root, ["*"])
+    # staged so the first commit carries it: clones need it to smudge
+    process.run_git(["add", "--", ".gitattributes"], cwd=root)
+    _say(f"git-xet: initialized {root} (files >= {threshold} are stored as Xet pointers)")
+
+
+def track_cmd(
+    patterns: Annotated[list[str], typer.Argument(help="Path patterns (gitattributes syntax).")],
+) -> None:
+    """Route files matching PATTERN through the xet filter (.gitattributes)."""
+    from gitxet.git import attributes, process
+
+    root = str(process.toplevel("."))
+    changed = attributes.track(root, patterns)
+    for p in patterns:
+        _say(f"tracking {p!r}" + ("" if p in changed else " (already tracked)"))
+
+
+def untrack_cmd(patterns: Annotated[list[str], typer.Argument()]) -> None:
+    """Stop routing files matching PATTERN through the xet filter."""
+    from gitxet.git import attributes, process
+
+    root = str(process.toplevel("."))
+    attributes.untrack(root, patterns)
+    for p in patterns:
+        _say(f"untracked {p!r}")
+
+
+# ---- filter plumbing --------------------------------------------------------------------------
+
+
+def filter_process_cmd() -> None:
+    """git's long-running filter process (configured by install)."""
+    from gitxet.git.filter_protocol import serve
+
+    repo = _open_repo()
+
+    def on_error(command: str, path: str, exc: BaseException) -> None:
+        from gitxet.cli._errors import describe
+
+        msg, _ = describe(exc)
+        print(f"git-xet: {command} {path}: {msg}", file=sys.stderr, flush=True)
+
+    serve(repo, sys.stdin.buffer, sys.stdout.buffer, on_error=on_error)
+
+
+def clean_cmd(path: Annotated[str, typer.Argument()] = "") -> None:
+    """One-shot clean filter (stdin -> stdout)."""
+    repo = _open_repo()
+    repo.clean(path, sys.stdin.buffer, sys.stdout.buffer)
+
+
+def smudge_cmd(path: Annotated[str, typer.Argument()] = "") -> None:
+    """One-shot smudge filter (stdin -> stdout)."""
+    import io
+
+    repo = _open_repo()
+    # spool: never hand git a half-written file
+    with tempfile.SpooledTemporaryFile(64 << 20) as buf:
+        repo.smudge(path, sys.stdin.buffer, buf)  # type: ignore[arg-type]
+        buf.seek(0)
+        out = sys.stdout.buffer
+        while chunk := buf.read(1 << 20):
+            out.write(chunk)
+    _ = io
+
+
+def pre_push_cmd(
+    remote: Annotated[str, typer.Argument(help="Remote name (from git).")],
+    url: Annotated[str, typer.Argument(help="Remote URL (from git).")] = "",
+) -> None:
+    """pre-push hook: upload the data of the pushed commits before git updates refs."""
+    from gitxet.git.hooks import parse_pre_push_input
+
+    if os.environ.get("GITXET_SKIP_PREPUSH") == "1":
+        sys.stdin.buffer.read()
+        return
+    refs = parse_pre_push_input(sys.stdin.buffer.read())
+    repo = _open_repo()
+    revs = [r.local_oid for r in refs if not r.is_delete]
+    if not revs:
+        return
+    exclude = [r.remote_oid for r in refs if not r.is_new and _has_object(repo.cwd, r.remote_oid)]
+    known_remote = remote if remote in _remotes(repo.cwd) else None
+    pointers = repo.pointers_to_push(revs, exclude, known_remote)
+    target = url or remote
+    total = sum(p.size for p in pointers)
+    with byte_progress("uploading", None) as advance:
+        summary = repo.push_data(target, pointers, progress=advance)
+    if pointers:
+        _say(
+            f"git-xet: {summary.files} files ({total:,} bytes): sent {summary.xorbs_sent} xorbs, "
+            f"{summary.xorbs_skipped} already on the remote"
+        )
+
+
+def _remotes(cwd: str) -> list[str]:
+    from gitxet.git import process
+
+    return process.list_remotes(cwd)
+
+
+def _has_object(cwd: str, oid: str) -> bool:
+    r = subprocess.run(["git", "cat-file", "-e", oid], cwd=cwd, capture_output=True, check=False)
+    return r.returncode == 0
+
+
+# ---- porcelain ---------------------------------------------------------------------------------
+
+
+def _git(args: list[str], cwd: str | None = None, env: dict[str, str] | None = None) -> None:
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    r = subprocess.run(["git", *args], cwd=cwd, env=full_env, check=False)
+    if r.returncode != 0:
+        raise typer.Exit(r.returncode)
+
+
+def add_cmd(
+    paths: Annotated[list[str], typer.Argument(help="Files or directories to add.")],
+) -> None:
+    """``git add`` through the filter, then a one-line dedup summary."""
+    from gitxet.git import process
+
+    root = str(process.toplevel("."))
+    if not process.config_get(root, "filter.xet.process"):
+        raise typer.BadParameter("the xet filter is not configured here: run 'git xet init' first")
+    fd, stats = tempfile.mkstemp(prefix="gitxet-add-", suffix=".jsonl")
+    os.close(fd)
+    try:
+        total = _size_of(paths)
+        env = dict(os.environ, GITXET_STATS_FILE=stats)
+        with byte_progress("adding", total or None) as advance:
+            proc = subprocess.Popen(["git", "add", "--", *paths], env=env)
+            seen = 0
+            while proc.poll() is None:
+                time.sleep(0.1)
+                seen = _advance_from(stats, seen, advance)
+            _advance_from(stats, seen, advance)
+        if proc.returncode != 0:
+            raise typer.Exit(proc.returncode)
+        files = new = reused = 0
+        with open(stats, encoding="utf-8") as f:
+            for line in f:
+                rec = json.loads(line)
+                files += 1
+                new += rec["new"]
+                reused += rec["reused"]
+        if files:
+            pct = 100.0 * reused / (new + reused) if new + reused else 0.0
+            typer.echo(
+                f"{files} file(s) stored as Xet pointers: {new:,} new bytes, "
+                f"{reused:,} reused bytes ({pct:.1f}% deduplicated)"
+            )
+        else:
+            typer.echo("no large files changed (small files are stored as plain git blobs)")
+    finally:
+        os.unlink(stats)
+
+
+def _size_of(paths: list[str]) -> int:
+    total = 0
+    for p in paths:
+        if os.path.isdir(p):
+            for dirpath, dirnames, filenames in os.walk(p):
+                dirnames[:] = [d for d in dirnames if d != ".git"]
+                for f in filenames:
+                    try:
+                        total += os.lstat(os.path.join(dirpath, f)).st_size
+                    except OSError:
+                        pass
+        elif os.path.exists(p):
+            total += os.path.getsize(p)
+    return total
+
+
+def _advance_from(stats: str, seen: int, advance) -> int:  # type: ignore[no-untyped-def]
+    try:
+        with open(stats, encoding="utf-8") as f:
+            lines = f.readlines()
+    except OSError:
+        return seen
+    for line in lines[seen:]:
+        try:
+            advance(json.loads(line)["size"])
+        except (ValueError, KeyError):
+            return seen
+    return len(lines)
+
+
+def push_cmd(
+    remote: Annotated[str | None, typer.Argument(help="Remote (default: origin).")] = None,
+    refspecs: Annotated[
+        list[str] | None, typer.Argument(help="What to push (default: current branch).")
+    ] = None,
+) -> None:
+    """Upload the data of the commits being pushed, then ``git push``."""
+    repo = _open_repo()
+    name = remote or repo.default_remote()
+    if name is None:
+        raise typer.BadParameter("no remote to push to")
+    specs = refspecs or ["HEAD"]
+    revs = []
+    for s in specs:
+        src = s.split(":", 1)[0].lstrip("+") or "HEAD"
+        from gitxet.git import process
+
+        revs.append(process.rev_parse(repo.cwd, src))
+    known = name if name in _remotes(repo.cwd) else None
+    pointers = repo.pointers_to_push(revs, (), known)
+    with byte_progress("uploading", None) as advance:
+        summary = repo.push_data(name, pointers, progress=advance)
+    _say(f"git-xet: data for {summary.files} files uploaded ({summary.xorbs_sent} xorbs sent)")
+    _git(["push", name, *(refspecs or [])], cwd=repo.cwd, env={"GITXET_SKIP_PREPUSH": "1"})
+
+
+def clone_cmd(
+    src: Annotated[str, typer.Argument(help="Repository to clone.")],
+    directory: Annotated[str | None, typer.Argument(help="Target directory.")] = None,
+    lazy: Annotated[
+        bool, typer.Option("--lazy", help="Leave pointers; fetch data on checkout.")
+    ] = False,
+    branch: Annotated[str | None, typer.Option("--branch", "-b", help="Branch or tag.")] = None,
+) -> None:
+    """Clone a repository and materialize its large files (or leave pointers with --lazy)."""
+    program = _program()
+    args = [
+        "clone",
+        "--config", f"filter.xet.process={program} filter-process",
+        "--config", "filter.xet.required=true",
+        "--config", f"filter.xet.clean={program} clean -- %f",
+        "--config", f"filter.xet.smudge={program} smudge -- %f",
+    ]  # fmt: skip
+    if lazy:
+        args += ["--config", "xet.lazy=true"]
+    if branch:
+        args += ["--branch", branch]
+    args += ["--", src]
+    if directory:
+        args.append(directory)
+    _git(args)
+    target = directory or _clone_dir_name(src)
+    from gitxet.git import hooks
+
+    hooks.install_hooks(target, program=program, on_conflict="chain")
+
+
+def _clone_dir_name(src: str) -> str:
+    name = src.rstrip("/").rsplit("/", 1)[-1]
+    if name.endswith(".git"):
+        name = name[:-4]
+    return name or "repo"
+
+
+def _select(  # type: ignore[no-untyped-def]
+    repo,
+    paths: list[str] | None,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+):  # type: ignore[no-untyped-def]
+    import fnmatch
+
+    files = repo.pointer_files("HEAD", paths or ())
+    if include:
+        files = [f for f in files if any(fnmatch.fnmatch(f.path, p) for p in include)]
+    if exclude:
+        files = [f for f in files if not any(fnmatch.fnmatch(f.path, p) for p in exclude)]
+    return files
+
+
+def checkout_cmd(
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="Files or directories (default: all).")
+    ] = None,
+) -> None:
+    """Materialize pointer files in the work tree (fetching their data)."""
+    repo = _open_repo()
+    files = [f for f in _select(repo, paths) if not f.materialized]
+    total = sum(f.pointer.size for f in files)
+    with byte_progress("materializing", total) as advance:
+        n = repo.materialize(files, progress=advance)
+    _say(f"git-xet: materialized {n} file(s), {total:,} bytes")
+
+
+def dematerialize_cmd(
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="Files or directories (default: all).")
+    ] = None,
+) -> None:
+    """Turn materialized files back into pointers (data stays in the local store)."""
+    repo = _open_repo()
+    n = repo.dematerialize(_select(repo, paths))
+    _say(f"git-xet: {n} file(s) are pointers again")
+
+
+def fetch_cmd(
+    remote: Annotated[str | None, typer.Argument()] = None,
+    include: Annotated[
+        list[str] | None, typer.Option("-I", "--include", help="Only paths matching.")
+    ] = None,
+    exclude: Annotated[
+        list[str] | None, typer.Option("-X", "--exclude", help="Skip paths matching.")
+    ] = None,
+) -> None:
+    """Download the data of HEAD's pointer files into the local store (no checkout)."""
+    repo = _open_repo()
+    files = _select(repo, None, include, exclude)
+    total = sum(f.pointer.size for f in files)
+    with byte_progress("fetching", None) as advance:
+        summary = repo.ensure_local([f.pointer for f in files], remote, progress=advance)
+    got = summary.xorbs_sent if summary else 0
+    _say(f"git-xet: {len(files)} file(s), {total:,} bytes available locally ({got} xorbs fetched)")
+
+
+def pull_cmd(
+    remote: Annotated[str | None, typer.Argument()] = None,
+    branch: Annotated[str | None, typer.Argument()] = None,
+) -> None:
+    """``git pull``, with the data of the new commits fetched in parallel first."""
+    repo = _open_repo()
+    name = remote or repo.default_remote() or "origin"
+    _git(["fetch", name] + ([branch] if branch else []), cwd=repo.cwd)
+    upstream = f"{name}/{branch}" if branch else "@{upstream}"
+    from gitxet.errors import GitError
+    from gitxet.git import process
+
+    try:
+        rev = process.rev_parse(repo.cwd, upstream)
+        ptrs = [f.pointer for f in repo.pointer_files(rev)]
+        if not repo.lazy:
+            repo.ensure_local(ptrs, name)
+    except GitError:
+        pass
+    _git(["pull", name] + ([branch] if branch else []), cwd=repo.cwd)
+
+
+def status_cmd() -> None:
+    """Pending uploads and which pointer files are materialized."""
+    repo = _open_repo()
+    files = repo.pointer_files("HEAD")
+    mat = [f for f in files if f.materialized]
+    ptr = [f for f in files if not f.materialized]
+    pending = repo.pending_uploads()
+    typer.echo(
+        f"pointer files in HEAD: {len(files)} ({len(mat)} materialized, {len(ptr)} pointers)"
+    )
+    for f in ptr:
+        typer.echo(f"  pointer       {f.path} ({f.pointer.size:,} bytes)")
+    typer.echo(f"shards not yet on the remote: {len(pending)}")
+    _git(["status", "--short"], cwd=repo.cwd)
+
+
+def ls_files_cmd(
+    rev: Annotated[str, typer.Argument(help="Revision (default HEAD).")] = "HEAD",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List pointer files of a revision with their size and Xet hash."""
+    repo = _open_repo()
+    for f in repo.pointer_files(rev):
+        if as_json:
+            typer.echo(
+                json.dumps(
+                    {
+                        "path": f.path,
+                        "size": f.pointer.size,
+                        "xet_hash": f.pointer.xet_hash,
+                        "sha256": f.pointer.sha256,
+                        "materialized": f.materialized,
+                    }
+                )
+            )
+        else:
+            flag = "*" if f.materialized else "-"
+            typer.echo(f"{f.pointer.xet_hash[:12]} {flag} {f.path}")
+
+
+def env_cmd() -> None:
+    """Show gitxet's view of this machine and repository."""
+    import gitxet
+    from gitxet import chunking
+
+    typer.echo(f"git-xet {gitxet.__version__}")
+    typer.echo(f"chunker: {chunking.IMPLEMENTATION}")
+    typer.echo(f"python: {sys.executable}")
+    typer.echo(f"terminal progress: {'yes' if interactive() else 'no'}")
+    try:
+        repo = _open_repo()
+    except Exception as e:
+        typer.echo(f"repository: none ({e})")
+        return
+    typer.echo(f"repository: {repo.worktree or repo.git_dir}")
+    typer.echo(f"local store: {repo.cas.root}")
+    typer.echo(f"threshold: {repo.threshold:,} bytes")
+    typer.echo(f"lazy checkout: {repo.lazy}")
+    name = repo.default_remote()
+    if name:
+        from gitxet.repo import remote_cas_root
+
+        url = repo.remote_url(name)
+        typer.echo(f"remote: {name} {url} (CAS: {remote_cas_root(url) or 'http'})")
+    s = repo.cas.stats()
+    typer.echo(f"store: {s.xorbs} xorbs ({s.xorb_bytes:,} bytes), {s.shards} shards")
+    _ = Path

@@ -1,0 +1,181 @@
+"""Moving xorbs and shards between the local store and a CAS remote (push and fetch).
+
+A remote is anything implementing :class:`CASRemote`. The embedded default,
+:class:`LocalDirRemote`, is a :class:`LocalCAS` that lives inside a path git remote
+(``<remote>/xet``), so no server is needed; the HTTP remote implements the same interface.
+
+Ordering is what keeps a remote consistent under failure: every xorb a shard references is
+uploaded (and verified by the receiver) *before* the shard, so a push killed at any point
+leaves at worst unreferenced xorbs, never a shard that points at missing data. A rerun
+skips what is already there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
+
+from gitxet.errors import FileNotFoundInCASError, XorbNotFoundError
+from gitxet.formats import shard as shardfmt
+from gitxet.hashing import to_hex
+from gitxet.store.cas import LocalCAS
+
+Progress = Callable[[int], None]
+
+
+class CASRemote(Protocol):
+    """What push and fetch need from a remote CAS."""
+
+    name: str
+
+    def has_xorb(self, xorb_hash: bytes) -> bool: ...
+
+    def upload_xorb(self, xorb_hash: bytes, body: bytes) -> bool: ...
+
+    def upload_shard(self, data: bytes) -> None: ...
+
+    def shards_for_file(self, file_hash: bytes) -> list[bytes]:
+        """Serialized shards that describe ``file_hash`` (empty if unknown)."""
+        ...
+
+    def download_xorb(self, xorb_hash: bytes) -> bytes: ...
+
+
+class LocalDirRemote:
+    """The embedded remote: a :class:`LocalCAS` in a directory (``<git remote>/xet``)."""
+
+    def __init__(self, root: str, *, durable: bool = True) -> None:
+        self.name = root
+        self.cas = LocalCAS(root, durable=durable)
+
+    def has_xorb(self, xorb_hash: bytes) -> bool:
+        return self.cas.has_xorb(xorb_hash)
+
+    def upload_xorb(self, xorb_hash: bytes, body: bytes) -> bool:
+        return self.cas.put_xorb(xorb_hash, body)
+
+    def upload_shard(self, data: bytes) -> None:
+        self.cas.put_shard(data)
+
+    def shards_for_file(self, file_hash: bytes) -> list[bytes]:
+        return [self.cas.shard_bytes(n) for n in sorted(self.cas.shards_for_files([file_hash]))]
+
+    def download_xorb(self, xorb_hash: bytes) -> bytes:
+        return self.cas.xorb_body(xorb_hash)
+
+
+@dataclass(frozen=True, slots=True)
+class TransferSummary:
+    """What a push or fetch moved."""
+
+    files: int
+    xorbs_sent: int
+    xorbs_skipped: int
+    shards_sent: int
+    bytes_sent: int
+
+
+def _shard_xorbs(shard: shardfmt.Shard) -> set[bytes]:
+    return {t.xorb_hash for f in shard.files for t in f.terms} | {x.xorb_hash for x in shard.xorbs}
+
+
+def push_files(
+    local: LocalCAS,
+    remote: CASRemote,
+    file_hashes: Iterable[bytes],
+    *,
+    progress: Progress | None = None,
+    workers: int = 4,
+) -> TransferSummary:
+    """Upload the xorbs, then the shards, that describe ``file_hashes``.
+
+    Raises:
+        FileNotFoundInCASError: a file is described by no local shard (its data was
+            never added here).
+    """
+    wanted = list(dict.fromkeys(file_hashes))
+    shard_names: set[str] = set()
+    for fh in wanted:
+        names = local.shards_for_files([fh])
+        if not names and local.file_info(fh) is None and fh != bytes(32):
+            raise FileNotFoundInCASError(to_hex(fh))
+        shard_names.update(names)
+    shards = {n: local.shard_bytes(n) for n in sorted(shard_names)}
+    xorbs: set[bytes] = set()
+    for data in shards.values():
+        xorbs |= _shard_xorbs(shardfmt.parse_shard(data))
+    todo = sorted(x for x in xorbs if not remote.has_xorb(x))
+    sent_bytes = 0
+
+    def send(x: bytes) -> int:
+        body = local.xorb_body(x)  # verified on read: never propagate corruption
+        remote.upload_xorb(x, body)
+        if progress is not None:
+            progress(len(body))
+        return len(body)
+
+    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="gitxet-push") as ex:
+        for n in ex.map(send, todo):
+            sent_bytes += n
+    for data in shards.values():
+        remote.upload_shard(data)
+        sent_bytes += len(data)
+    return TransferSummary(len(wanted), len(todo), len(xorbs) - len(todo), len(shards), sent_bytes)
+
+
+def fetch_files(
+    local: LocalCAS,
+    remote: CASRemote,
+    file_hashes: Iterable[bytes],
+    *,
+    progress: Progress | None = None,
+    workers: int = 4,
+) -> TransferSummary:
+    """Make ``file_hashes`` reconstructible from ``local`` by copying from ``remote``.
+
+    Every xorb is verified against its hash as it is stored; shards are stored last.
+
+    Raises:
+        FileNotFoundInCASError: the remote does not know a file.
+        XorbNotFoundError: the remote lacks a xorb its shard references.
+    """
+    wanted = [fh for fh in dict.fromkeys(file_hashes) if fh != bytes(32)]
+    missing = [fh for fh in wanted if local.file_info(fh) is None]
+    shards: dict[str, bytes] = {}
+    for fh in missing:
+        found = remote.shards_for_file(fh)
+        if not found:
+            raise FileNotFoundInCASError(to_hex(fh))
+        for data in found:
+            shards[to_hex(_name(data))] = data
+    xorbs: set[bytes] = set()
+    for data in shards.values():
+        xorbs |= _shard_xorbs(shardfmt.parse_shard(data))
+    todo = sorted(x for x in xorbs if not local.has_xorb(x))
+    got = 0
+
+    def get(x: bytes) -> int:
+        try:
+            body = remote.download_xorb(x)
+        except XorbNotFoundError:
+            raise
+        local.put_xorb(x, body)  # re-hashes: a corrupt remote xorb raises IntegrityError
+        if progress is not None:
+            progress(len(body))
+        return len(body)
+
+    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="gitxet-fetch") as ex:
+        for n in ex.map(get, todo):
+            got += n
+    for data in shards.values():
+        local.put_shard(data)
+        got += len(data)
+    return TransferSummary(len(wanted), len(todo), len(xorbs) - len(todo), len(shards), got)
+
+
+def _name(data: bytes) -> bytes:
+    from gitxet.hashing import chunk_hash
+
+    return chunk_hash(data)

@@ -1,0 +1,426 @@
+"""Use cases of a gitxet repository: the one place where git, store, remotes and the engine meet.
+
+:class:`XetRepo` is also the git filter's handler (clean/smudge), so ``git add`` and
+``git checkout`` go through the same code as ``git xet add`` and ``git xet checkout``.
+
+The local store lives in ``<git dir>/xet``. A git remote that is a local path or ``file://``
+URL carries its CAS inside it (``<remote>/xet``, or ``<remote>/.git/xet`` for a non-bare
+repository): the embedded default that needs no server.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from gitxet.data.clean import Ingestor, IngestResult
+from gitxet.data.reconstruct import FileReader
+from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, fetch_files, push_files
+from gitxet.errors import ConfigError, GitError, PointerFormatError
+from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
+from gitxet.git import process
+from gitxet.hashing import from_hex, to_hex
+from gitxet.store.atomic import atomic_writer
+from gitxet.store.cas import LocalCAS
+
+DEFAULT_THRESHOLD = 256 * 1024
+Progress = Callable[[int], None]
+
+
+def parse_size(text: str) -> int:
+    """``"256k"``, ``"1m"``, ``"1048576"`` -> bytes (git-config style suffixes)."""
+    t = text.strip().lower()
+    mult = 1
+    for suffix, m in (("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30)):
+        if t.endswith(suffix):
+            t, mult = t[:-1], m
+            break
+    try:
+        value = int(t) * mult
+    except ValueError:
+        raise ConfigError(f"not a size: {text!r}") from None
+    if value < 0:
+        raise ConfigError(f"negative size: {text!r}")
+    return value
+
+
+def _read_up_to(src: BinaryIO, n: int) -> bytes:
+    parts: list[bytes] = []
+    left = n
+    while left > 0:
+        b = src.read(left)
+        if not b:
+            break
+        parts.append(b)
+        left -= len(b)
+    return b"".join(parts)
+
+
+class _Chained(io.RawIOBase):
+    """``head`` followed by the rest of ``src``, as one stream."""
+
+    def __init__(self, head: bytes, src: BinaryIO) -> None:
+        self._head = memoryview(head)
+        self._src = src
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._src.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def try_pointer(data: bytes) -> Pointer | None:
+    """The pointer ``data`` encodes, or None when it is anything else."""
+    if len(data) > MAX_POINTER_SIZE:
+        return None
+    try:
+        return Pointer.decode(data)
+    except PointerFormatError:
+        return None
+
+
+def remote_cas_root(url: str) -> str | None:
+    """Where the embedded CAS of a path/``file://`` remote lives, or None for other URLs."""
+    if url.startswith("file://"):
+        path = urllib.parse.unquote(urllib.parse.urlparse(url).path)
+    elif "://" in url or (":" in url.split("/")[0] and not os.path.exists(url)):
+        return None  # http(s)://, ssh://, scp-like host:path
+    else:
+        path = url
+    path = os.path.abspath(os.path.expanduser(path))
+    if os.path.isdir(os.path.join(path, ".git")):
+        return os.path.join(path, ".git", "xet")
+    return os.path.join(path, "xet")
+
+
+@dataclass(frozen=True, slots=True)
+class PointerFile:
+    """A pointer blob at a path of a tree or the index."""
+
+    path: str
+    pointer: Pointer
+    materialized: bool | None  # None: not checked (bare repo or another revision)
+
+
+class XetRepo:
+    """A git repository using gitxet; also the filter handler for git."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = ".",
+        *,
+        lazy: bool | None = None,
+        stats_path: str | None = None,
+        remote_factory: Callable[[str], CASRemote] | None = None,
+    ) -> None:
+        self.git_dir = Path(process.git_dir(path)).resolve()
+        try:
+            self.worktree: Path | None = Path(process.toplevel(path)).resolve()
+        except GitError:
+            self.worktree = None  # bare
+        self.cwd = str(self.worktree or self.git_dir)
+        self.cas = LocalCAS(str(self.git_dir / "xet"))
+        self.threshold = parse_size(self._config("xet.threshold") or str(DEFAULT_THRESHOLD))
+        self.lazy = (
+            lazy
+            if lazy is not None
+            else (self._config("xet.lazy") or "").lower()
+            in (
+                "1",
+                "true",
+                "yes",
+                "on",
+            )
+        )
+        self._stats_path = stats_path
+        self._stats_lock = threading.Lock()
+        self._remote_factory = remote_factory
+        self._remotes: dict[str, CASRemote] = {}
+
+    def _config(self, key: str) -> str | None:
+        return process.config_get(self.cwd, key)
+
+    # ---- remotes -------------------------------------------------------------------------
+
+    def default_remote(self) -> str | None:
+        """``xet.remote``, else ``origin``, else the only remote."""
+        configured = self._config("xet.remote")
+        if configured:
+            return configured
+        remotes = process.list_remotes(self.cwd)
+        if "origin" in remotes:
+            return "origin"
+        return remotes[0] if len(remotes) == 1 else None
+
+    def remote_url(self, name_or_url: str) -> str:
+        url = process.remote_url(self.cwd, name_or_url)
+        return url if url is not None else name_or_url
+
+    def remote(self, name_or_url: str | None = None) -> CASRemote:
+        """The CAS of a git remote (name or URL); the embedded one for path remotes."""
+        name = name_or_url or self.default_remote()
+        if name is None:
+            raise ConfigError("no git remote to get data from (add one, or set xet.remote)")
+        url = self.remote_url(name)
+        if url in self._remotes:
+            return self._remotes[url]
+        root = remote_cas_root(url)
+        remote: CASRemote
+        if root is not None:
+            base = os.path.dirname(root)
+            if base.endswith("/.git"):
+                base = os.path.dirname(base)
+            if not os.path.isdir(base):
+                raise ConfigError(f"remote {name!r} is not reachable: {url} does not exist")
+            remote = LocalDirRemote(root)
+        elif self._remote_factory is not None:
+            remote = self._remote_factory(url)
+        else:
+            raise ConfigError(f"remote {name!r} ({url}) has no CAS gitxet can reach")
+        self._remotes[url] = remote
+        return remote
+
+    # ---- filter handler ------------------------------------------------------------------
+
+    def _record(self, path: str, result: IngestResult) -> None:
+        if self._stats_path is None:
+            return
+        line = json.dumps(
+            {
+                "path": path,
+                "size": result.size,
+                "new": result.new_bytes,
+                "reused": result.reused_bytes,
+            }
+        )
+        with self._stats_lock, open(self._stats_path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+    def clean_stream(self, src: BinaryIO, path: str = "") -> tuple[bytes, IngestResult | None]:
+        """What git stores for content ``src``: the content itself (small files, pointers)
+        or a pointer to the ingested data."""
+        head = _read_up_to(src, max(self.threshold, MAX_POINTER_SIZE + 1))
+        if len(head) <= MAX_POINTER_SIZE and try_pointer(head) is not None:
+            return head, None  # an unmaterialized pointer stays a pointer
+        if len(head) < self.threshold:
+            return head, None
+        stream = io.BufferedReader(_Chained(head, src), 8 << 20)
+        with Ingestor(self.cas) as ing:
+            result = ing.add_stream(stream)
+            ing.flush()
+        self._record(path, result)
+        ptr = Pointer(sha256=result.sha256, size=result.size, xet_hash=to_hex(result.file_hash))
+        return ptr.encode(), result
+
+    def clean(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
+        out, _ = self.clean_stream(src, pathname)
+        dst.write(out)
+
+    def smudge(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
+        head = _read_up_to(src, MAX_POINTER_SIZE + 1)
+        ptr = try_pointer(head)
+        if ptr is None:  # not ours: pass it through untouched
+            dst.write(head)
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+            return
+        if self.lazy:
+            dst.write(head)
+            return
+        self.write_content(ptr, dst)
+
+    def can_delay(self, pathname: str) -> bool:
+        return True
+
+    # ---- content -------------------------------------------------------------------------
+
+    def ensure_local(
+        self,
+        pointers: Iterable[Pointer],
+        remote: str | None = None,
+        progress: Progress | None = None,
+    ) -> TransferSummary | None:
+        """Fetch whatever the local store lacks to reconstruct ``pointers``."""
+        hashes = [from_hex(p.xet_hash) for p in pointers if p.size]
+        missing = [h for h in hashes if self.cas.file_info(h) is None]
+        if not missing:
+            return None
+        return fetch_files(self.cas, self.remote(remote), missing, progress=progress)
+
+    def write_content(self, ptr: Pointer, dst: BinaryIO) -> None:
+        """Reconstruct a pointer's content into ``dst`` (fetching it first if needed)."""
+        if ptr.size == 0:
+            return
+        self.ensure_local([ptr])
+        reader = FileReader(self.cas, from_hex(ptr.xet_hash))
+        if reader.size != ptr.size:
+            from gitxet.errors import IntegrityError
+
+            raise IntegrityError(
+                "file", ptr.xet_hash, f"is {reader.size} bytes, pointer says {ptr.size}"
+            )
+        reader.copy_to(dst)
+
+    # ---- pointers in history -------------------------------------------------------------
+
+    def _read_pointers(self, oids: Sequence[tuple[str, bytes]]) -> Iterator[tuple[bytes, Pointer]]:
+        if not oids:
+            return
+        with process.CatFile(self.cwd) as cf:
+            for oid, path in oids:
+                kind, data = cf.read(oid, max_size=MAX_POINTER_SIZE)
+                ptr = try_pointer(data) if kind == "blob" else None
+                if ptr is not None:
+                    yield path, ptr
+
+    def pointers_to_push(
+        self, revs: Sequence[str], exclude: Sequence[str] = (), remote: str | None = None
+    ) -> list[Pointer]:
+        """Pointers in commits ``revs`` that ``exclude`` and ``refs/remotes/<remote>`` lack."""
+        blobs = list(process.small_blobs(self.cwd, revs, exclude, remote))
+        return [p for _, p in self._read_pointers([(b.oid, b.path) for b in blobs])]
+
+    def pointer_files(
+        self, rev: str | None = "HEAD", paths: Sequence[str] = ()
+    ) -> list[PointerFile]:
+        """Pointer files of a revision (or of the index when ``rev`` is None)."""
+        entries: list[tuple[str, bytes]] = []
+        if rev is None:
+            out = process.run_git(["ls-files", "-s", "-z", "--", *paths], cwd=self.cwd)
+            for rec in out.split(b"\0"):
+                if not rec:
+                    continue
+                meta, _, path = rec.partition(b"\t")
+                mode, oid, _stage = meta.split(b" ")
+                if mode in (b"100644", b"100755"):
+                    entries.append((oid.decode(), path))
+        else:
+            for e in process.iter_ls_tree(self.cwd, rev, recursive=True):
+                if e.type == "blob" and e.mode in (0o100644, 0o100755):
+                    if paths and not any(_matches(e.path, p) for p in paths):
+                        continue
+                    if e.size is not None and e.size <= MAX_POINTER_SIZE:
+                        entries.append((e.oid, e.path))
+        sizes = self._blob_sizes([oid for oid, _ in entries])
+        small = [
+            (oid, path)
+            for oid, path in entries
+            if sizes.get(oid, MAX_POINTER_SIZE + 1) <= MAX_POINTER_SIZE
+        ]
+        result: list[PointerFile] = []
+        for path, ptr in self._read_pointers(small):
+            p = os.fsdecode(path)
+            result.append(PointerFile(p, ptr, self._is_materialized(p, ptr)))
+        return result
+
+    def _blob_sizes(self, oids: Sequence[str]) -> dict[str, int]:
+        if not oids:
+            return {}
+        out = process.run_git(
+            ["cat-file", "--batch-check=%(objectname) %(objectsize)"],
+            cwd=self.cwd,
+            input=("\n".join(oids) + "\n").encode(),
+        )
+        sizes: dict[str, int] = {}
+        for line in out.decode().splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                sizes[parts[0]] = int(parts[1])
+        return sizes
+
+    def _is_materialized(self, path: str, ptr: Pointer) -> bool | None:
+        if self.worktree is None:
+            return None
+        full = self.worktree / path
+        try:
+            st = full.stat()
+        except FileNotFoundError:
+            return False
+        if st.st_size <= MAX_POINTER_SIZE:
+            with open(full, "rb") as f:
+                if try_pointer(f.read(MAX_POINTER_SIZE + 1)) is not None:
+                    return False
+        return st.st_size == ptr.size
+
+    # ---- push / fetch / checkout ---------------------------------------------------------
+
+    def push_data(
+        self, remote: str, pointers: Iterable[Pointer], progress: Progress | None = None
+    ) -> TransferSummary:
+        """Upload the data behind ``pointers`` to ``remote``'s CAS."""
+        hashes = [from_hex(p.xet_hash) for p in pointers if p.size]
+        return push_files(self.cas, self.remote(remote), hashes, progress=progress)
+
+    def materialize(
+        self,
+        files: Sequence[PointerFile],
+        remote: str | None = None,
+        progress: Progress | None = None,
+    ) -> int:
+        """Replace pointer text in the work tree by content, atomically per file."""
+        if self.worktree is None:
+            raise GitError("a bare repository has no work tree to check out into")
+        todo = [f for f in files if not f.materialized]
+        self.ensure_local([f.pointer for f in todo], remote)
+        for f in todo:
+            full = self.worktree / f.path
+            mode = full.stat().st_mode & 0o777 if full.exists() else 0o644
+            with atomic_writer(str(full), mode=mode, durable=False) as out:
+                self.write_content(f.pointer, out)
+            if progress is not None:
+                progress(f.pointer.size)
+        self._refresh([f.path for f in todo])
+        return len(todo)
+
+    def dematerialize(self, files: Sequence[PointerFile]) -> int:
+        """Put pointer text back in the work tree (the data stays in the local store)."""
+        if self.worktree is None:
+            raise GitError("a bare repository has no work tree")
+        todo = [f for f in files if f.materialized]
+        for f in todo:
+            full = self.worktree / f.path
+            mode = full.stat().st_mode & 0o777
+            with atomic_writer(str(full), mode=mode, durable=False) as out:
+                out.write(f.pointer.encode())
+        self._refresh([f.path for f in todo])
+        return len(todo)
+
+    def _refresh(self, paths: Sequence[str]) -> None:
+        if paths:
+            # stat info changed but the cleaned content did not: let git re-check it
+            process.run_git(
+                ["update-index", "-q", "--refresh", "--", *paths], cwd=self.cwd, check=False
+            )
+
+    def pending_uploads(self, remote: str | None = None) -> list[str]:
+        """Local shards the remote's CAS does not have (embedded remotes only)."""
+        try:
+            r = self.remote(remote)
+        except ConfigError:
+            return list(self.cas.shard_names())
+        if isinstance(r, LocalDirRemote):
+            return [n for n in self.cas.shard_names() if not r.cas.has_shard(n)]
+        return []
+
+
+def _matches(path: bytes, pattern: str) -> bool:
+    import fnmatch
+
+    p = os.fsdecode(path)
+    pat = pattern.rstrip("/")
+    return p == pat or p.startswith(pat + "/") or fnmatch.fnmatch(p, pattern)
