@@ -265,7 +265,11 @@ class FilterServer:
 
         with self._cond:
             earlier = self._delayed.get(req.pathname)
-        if earlier is not None and earlier.command == req.command and not req.can_delay:
+        if (
+            earlier is not None
+            and earlier.command == req.command
+            and (not req.can_delay or earlier.listed)
+        ):
             # git coming back for a blob we delayed; its content section is empty.
             reader.drain()
             self._send_delayed(earlier)

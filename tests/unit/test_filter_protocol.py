@@ -557,3 +557,107 @@ def test_server_reports_capabilities() -> None:
     server.handshake()
     assert server.capabilities == frozenset({"smudge"})
     server.close()
+
+
+class _LazyGit(io.RawIOBase):
+    """git's side of a conversation, generated on the fly: one smudge of ``size`` bytes."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        head = io.BytesIO()
+        handshake(head)
+        write_text_list(head, ["command=smudge", "pathname=huge.bin"])
+        self._parts: Iterator[bytes] = self._generate(head.getvalue(), size)
+        self._buf = b""
+
+    @staticmethod
+    def _generate(head: bytes, size: int) -> Iterator[bytes]:
+        yield head
+        block = (bytes(range(256)) * 256)[:MAX_PAYLOAD]
+        left = size
+        while left:
+            n = min(left, MAX_PAYLOAD)
+            yield b"%04x" % (n + 4) + block[:n]
+            left -= n
+        yield b"0000"
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray) -> int:  # type: ignore[override]
+        while not self._buf:
+            self._buf = next(self._parts, b"")
+            if not self._buf:
+                return 0
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+
+class _CountingSink(io.RawIOBase):
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+        self.head = b""
+        self.tail = b""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: bytes) -> int:  # type: ignore[override]
+        data = bytes(b)
+        if len(self.head) < 200:
+            self.head += data[:200]
+        self.tail = (self.tail + data)[-8:]
+        self.total += len(data)
+        return len(data)
+
+
+class StreamingHandler(Handler):
+    def smudge(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
+        while chunk := src.read(100_000):
+            dst.write(chunk)
+
+
+def test_memory_stays_bounded_for_large_files() -> None:
+    import tracemalloc
+
+    size = 48 * 1024 * 1024
+    sink = _CountingSink()
+    tracemalloc.start()
+    try:
+        serve(
+            StreamingHandler(),
+            io.BufferedReader(_LazyGit(size)),
+            sink,  # type: ignore[arg-type]
+            FilterOptions(spool_memory=1024 * 1024),
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    packets = -(-size // MAX_PAYLOAD)
+    assert b"status=success" in sink.head
+    assert sink.tail == b"00000000"  # end of content, then the empty status list
+    handshake_bytes = len(b"0016git-filter-server\n000eversion=2\n0000") + len(
+        b"0015capability=clean\n0016capability=smudge\n0015capability=delay\n0000"
+    )
+    assert sink.total == handshake_bytes + len(b"0013status=success\n0000") + size + 4 * packets + 8
+    assert peak < 8 * 1024 * 1024, peak  # the file is 48 MiB; we hold a few packets
+
+
+def test_listed_path_requested_again_with_can_delay_gets_its_result() -> None:
+    handler = Handler()
+    handler.delay_paths = None
+    script = io.BytesIO()
+    handshake(script)
+    request(script, "smudge", "p", b"PTR", delay=True)
+    write_text_list(script, ["command=list_available_blobs"])
+    request(script, "smudge", "p", b"", delay=True)  # not what git does, but be safe
+    out, _ = run_server(script.getvalue(), handler)
+    expect_handshake(out)
+    assert read_until_flush(out) == [b"status=delayed"]
+    assert read_until_flush(out) == [b"pathname=p"]
+    assert read_until_flush(out) == [b"status=success"]
+    assert read_response(out) == ("success", b"ptr")
+    assert handler.calls == [("smudge", "p")]
