@@ -294,15 +294,16 @@ class FilterServer:
 
         try:
             outcome, result = self._run(req.command, req.pathname, src, self._opts.spool_memory)
-            # Whatever the handler left unread is still on the pipe; the next request
-            # starts after it.
-            reader.drain()
-        except BaseException:
+            try:
+                # Whatever the handler left unread is still on the pipe; the next request
+                # starts after it. Raises if the framing broke under the handler.
+                reader.drain()
+            except BaseException:
+                if result is not None:
+                    result.close()
+                raise
+        finally:
             src.close()
-            raise
-        if reader.broken is not None:
-            raise reader.broken
-        src.close()
         self._send_result(req.command, outcome, result)
 
     def _may_delay(self, req: _Request) -> bool:

@@ -661,3 +661,39 @@ def test_listed_path_requested_again_with_can_delay_gets_its_result() -> None:
     assert read_until_flush(out) == [b"status=success"]
     assert read_response(out) == ("success", b"ptr")
     assert handler.calls == [("smudge", "p")]
+
+
+def test_handler_closing_src_early_keeps_the_stream_in_step() -> None:
+    class EarlyCloser(Handler):
+        def clean(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
+            src.read(3)
+            src.close()
+            dst.write(b"ok")
+
+    script = io.BytesIO()
+    handshake(script)
+    request(script, "clean", "a", b"x" * 200_000)
+    request(script, "clean", "b", b"y" * 10)
+    out, _ = run_server(script.getvalue(), EarlyCloser())
+    expect_handshake(out)
+    assert read_response(out) == ("success", b"ok")
+    assert read_response(out) == ("success", b"ok")
+
+
+def test_handler_swallowing_a_broken_pipe_still_ends_the_server() -> None:
+    class Swallower(Handler):
+        def clean(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
+            try:
+                src.read()
+            except PktLineError:
+                pass
+            dst.write(b"pretend all is well")
+
+    script = io.BytesIO()
+    handshake(script)
+    write_text_list(script, ["command=clean", "pathname=cut"])
+    write_packet(script, b"partial")
+    out = io.BytesIO()
+    with pytest.raises(PktLineError):
+        serve(Swallower(), io.BytesIO(script.getvalue()), out)
+    assert b"pretend" not in out.getvalue()
