@@ -92,8 +92,8 @@ def install_cmd(
         f"git-xet: filter installed in the {scope} git config ({len(report.written)} keys written)"
     )
     if repo is not None:
-        hooks.install_hooks(repo, program=program, on_conflict="chain")
-        _say("git-xet: hooks installed (pre-push, post-checkout, post-merge)")
+        hooks.install_hooks(repo, names=("pre-push",), program=program, on_conflict="chain")
+        _say("git-xet: pre-push hook installed")
 
 
 def uninstall_cmd(
@@ -128,7 +128,7 @@ def init_cmd(
     root = str(process.toplevel("."))
     program = _program()
     config.install("local", root, f"{program} filter-process", force=True)
-    hooks.install_hooks(root, program=program, on_conflict="chain")
+    hooks.install_hooks(root, names=("pre-push",), program=program, on_conflict="chain")
     process.config_set(root, "xet.threshold", threshold)
     attributes.track(root, ["*"])
     # staged so the first commit carries it: clones need it to smudge
@@ -375,7 +375,7 @@ def clone_cmd(
     target = directory or _clone_dir_name(src)
     from gitxet.git import hooks
 
-    hooks.install_hooks(target, program=program, on_conflict="chain")
+    hooks.install_hooks(target, names=("pre-push",), program=program, on_conflict="chain")
 
 
 def _clone_dir_name(src: str) -> str:

@@ -1,0 +1,272 @@
+"""The daily workflow with the real git binary on the embedded store (issue: git workflow)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gitxet.chunking import chunk_bytes
+from gitxet.formats import shard as shardfmt
+from gitxet.hashing import chunk_hash, to_hex
+from gitxet.store.cas import LocalCAS
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(autouse=True)
+def gitxet_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """git calls ``git-xet`` back: make sure it is this interpreter's."""
+    bindir = os.path.dirname(sys.executable)
+    monkeypatch.setenv("PATH", bindir + os.pathsep + os.environ.get("PATH", ""))
+
+
+def run(
+    *args: str, cwd: Path | str | None = None, check: bool = True, **kw: object
+) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=300, **kw)  # type: ignore[call-overload]
+    if check and r.returncode != 0:
+        raise AssertionError(f"{args} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r  # type: ignore[no-any-return]
+
+
+def git(*args: str, cwd: Path | str) -> str:
+    return run("git", *args, cwd=cwd).stdout
+
+
+def xet(*args: str, cwd: Path | str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return run("git-xet", *args, cwd=cwd, check=check)
+
+
+def make_versions(n: int = 3, size: int = 64 << 20) -> list[tuple[bytes, bytes]]:
+    """(binary, csv) for n versions: inserts/overwrites in the binary, a growing CSV."""
+    rnd = random.Random(42)
+    binary = bytearray(rnd.randbytes(size))
+    rows = [f"{i},{rnd.random():.6f},{rnd.randrange(10**6)}\n" for i in range(20000)]
+    out = []
+    for v in range(n):
+        if v:
+            for _ in range(3):
+                at = rnd.randrange(len(binary))
+                binary[at:at] = rnd.randbytes(rnd.randrange(10, 4000))
+                at = rnd.randrange(len(binary) - 512)
+                binary[at : at + 512] = rnd.randbytes(512)
+            rows += [
+                f"{i},{rnd.random():.6f},{rnd.randrange(10**6)}\n"
+                for i in range(len(rows), len(rows) + 5000)
+            ]
+        out.append((bytes(binary), "".join(rows).encode()))
+    return out
+
+
+def init_repo(tmp: Path) -> tuple[Path, Path]:
+    remote = tmp / "remote.git"
+    work = tmp / "work"
+    git("init", "-q", "--bare", str(remote), cwd=tmp)
+    git("init", "-q", str(work), cwd=tmp)
+    git("remote", "add", "origin", str(remote), cwd=work)
+    xet("init", cwd=work)
+    return remote, work
+
+
+def remote_consistent(remote: Path) -> None:
+    """Every xorb any remote shard references is stored (the invariant pushes keep)."""
+    cas = LocalCAS(str(remote / "xet"))
+    for name in cas.shard_names():
+        s = shardfmt.parse_shard(cas.shard_bytes(name))
+        for x in {t.xorb_hash for f in s.files for t in f.terms} | {x.xorb_hash for x in s.xorbs}:
+            assert cas.has_xorb(x), f"shard {name} references missing xorb {to_hex(x)}"
+
+
+def test_end_to_end_three_versions(tmp_path: Path) -> None:
+    remote, work = init_repo(tmp_path)
+    versions = make_versions()
+    for i, (binary, csv) in enumerate(versions):
+        (work / "data").mkdir(exist_ok=True)
+        (work / "data" / "model.bin").write_bytes(binary)
+        (work / "table.csv").write_bytes(csv)
+        (work / "README").write_text(f"version {i}\n")
+        r = xet("add", "data", "table.csv", "README", cwd=work)
+        assert "stored as Xet pointers" in r.stdout
+        git("commit", "-q", "-m", f"v{i}", cwd=work)
+        git("tag", f"v{i}", cwd=work)
+    git("push", "-q", "origin", "main", "--tags", cwd=work)
+    remote_consistent(remote)
+
+    clone = tmp_path / "clone"
+    xet("clone", str(remote), str(clone), cwd=tmp_path)
+    assert (clone / "data" / "model.bin").read_bytes() == versions[-1][0]
+    assert (clone / "table.csv").read_bytes() == versions[-1][1]
+    # older versions too, through checkout (smudge)
+    git("checkout", "-q", "v0", cwd=clone)
+    assert (clone / "data" / "model.bin").read_bytes() == versions[0][0]
+    assert (clone / "table.csv").read_bytes() == versions[0][1]
+
+    unique: dict[bytes, int] = {}
+    for binary, csv in versions:
+        for c in chunk_bytes(binary) + chunk_bytes(csv):
+            unique[chunk_hash(c)] = len(c)
+    stored = sum(f.stat().st_size for f in (remote / "xet").rglob("*") if f.is_file())
+    assert stored <= 1.3 * sum(unique.values()), (stored, sum(unique.values()))
+
+
+def test_install_then_plain_clone_and_lazy_checkout(tmp_path: Path) -> None:
+    remote, work = init_repo(tmp_path)
+    rnd = random.Random(1)
+    files = {f"d/f{i}.bin": rnd.randbytes(300_000 + i) for i in range(3)}
+    for name, data in files.items():
+        (work / name).parent.mkdir(exist_ok=True)
+        (work / name).write_bytes(data)
+    (work / "small.txt").write_text("small\n")
+    xet("add", ".", cwd=work)
+    git("commit", "-q", "-m", "one", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+
+    xet("install", cwd=tmp_path)  # global
+    plain = tmp_path / "plain"
+    git("clone", "-q", str(remote), str(plain), cwd=tmp_path)
+    for name, data in files.items():
+        assert (plain / name).read_bytes() == data
+
+    lazy = tmp_path / "lazy"
+    xet("clone", "--lazy", str(remote), str(lazy), cwd=tmp_path)
+    assert (lazy / "d/f0.bin").read_bytes().startswith(b"version https://gitxet.dev/spec/v1\n")
+    xet("checkout", "d/f1.bin", cwd=lazy)
+    assert (lazy / "d/f1.bin").read_bytes() == files["d/f1.bin"]
+    assert (lazy / "d/f0.bin").read_bytes().startswith(b"version ")
+    assert (lazy / "d/f2.bin").read_bytes().startswith(b"version ")
+    assert git("status", "--porcelain", cwd=lazy).strip() == ""
+    ls = xet("ls-files", "--json", cwd=lazy).stdout
+    assert '"materialized": true' in ls and '"materialized": false' in ls
+    xet("dematerialize", "d/f1.bin", cwd=lazy)
+    assert (lazy / "d/f1.bin").read_bytes().startswith(b"version ")
+
+
+def test_branches_and_merges_of_pointer_files(tmp_path: Path) -> None:
+    remote, work = init_repo(tmp_path)
+    rnd = random.Random(2)
+    base = rnd.randbytes(400_000)
+    (work / "a.bin").write_bytes(base)
+    xet("add", "a.bin", cwd=work)
+    git("commit", "-q", "-m", "base", cwd=work)
+    git("checkout", "-q", "-b", "feature", cwd=work)
+    feat = base + rnd.randbytes(1000)
+    (work / "a.bin").write_bytes(feat)
+    (work / "b.bin").write_bytes(rnd.randbytes(300_000))
+    xet("add", "a.bin", "b.bin", cwd=work)
+    git("commit", "-q", "-m", "feature", cwd=work)
+    git("checkout", "-q", "main", cwd=work)
+    assert (work / "a.bin").read_bytes() == base
+    assert not (work / "b.bin").exists()
+    (work / "c.bin").write_bytes(rnd.randbytes(300_000))
+    xet("add", "c.bin", cwd=work)
+    git("commit", "-q", "-m", "main side", cwd=work)
+    git("merge", "-q", "--no-edit", "feature", cwd=work)
+    assert (work / "a.bin").read_bytes() == feat
+    assert (work / "b.bin").exists() and (work / "c.bin").exists()
+    git("push", "-q", "origin", "main", cwd=work)
+    clone = tmp_path / "clone"
+    xet("clone", str(remote), str(clone), cwd=tmp_path)
+    assert (clone / "a.bin").read_bytes() == feat
+
+
+def test_killed_push_keeps_remote_consistent_and_rerun_completes(tmp_path: Path) -> None:
+    remote, work = init_repo(tmp_path)
+    rnd = random.Random(3)
+    for i in range(6):
+        (work / f"f{i}.bin").write_bytes(rnd.randbytes(3 << 20))
+    xet("add", ".", cwd=work)
+    git("commit", "-q", "-m", "data", cwd=work)
+    for delay in (0.05, 0.2, 0.4):
+        p = subprocess.Popen(
+            ["git", "push", "-q", "origin", "main"],
+            cwd=work,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        time.sleep(delay)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        remote_consistent(remote)
+    git("push", "-q", "origin", "main", cwd=work)
+    remote_consistent(remote)
+    clone = tmp_path / "clone"
+    xet("clone", str(remote), str(clone), cwd=tmp_path)
+    for i in range(6):
+        assert (clone / f"f{i}.bin").read_bytes() == (work / f"f{i}.bin").read_bytes()
+
+
+def test_killed_checkout_leaves_no_half_written_file(tmp_path: Path) -> None:
+    remote, work = init_repo(tmp_path)
+    data = random.Random(4).randbytes(8 << 20)
+    (work / "big.bin").write_bytes(data)
+    xet("add", "big.bin", cwd=work)
+    git("commit", "-q", "-m", "big", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    clone = tmp_path / "clone"
+    xet("clone", "--lazy", str(remote), str(clone), cwd=tmp_path)
+    for delay in (0.05, 0.15, 0.3):
+        p = subprocess.Popen(
+            ["git-xet", "checkout"],
+            cwd=clone,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        time.sleep(delay)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        content = (clone / "big.bin").read_bytes()
+        assert content == data or content.startswith(b"version https://gitxet.dev/spec/v1\n")
+    xet("checkout", cwd=clone)
+    assert (clone / "big.bin").read_bytes() == data
+
+
+def test_corrupt_remote_xorb_names_file_and_xorb(tmp_path: Path) -> None:
+    remote, work = init_repo(tmp_path)
+    (work / "x.bin").write_bytes(random.Random(5).randbytes(1 << 20))
+    xet("add", "x.bin", cwd=work)
+    git("commit", "-q", "-m", "x", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    (xorb,) = [p for p in (remote / "xet" / "xorbs").rglob("*") if p.is_file()]
+    raw = bytearray(xorb.read_bytes())
+    raw[500] ^= 0xFF
+    xorb.write_bytes(bytes(raw))
+    r = xet("clone", str(remote), str(tmp_path / "c"), cwd=tmp_path, check=False)
+    assert r.returncode != 0
+    assert "x.bin" in r.stderr and xorb.name in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_input_gives_one_clear_line(tmp_path: Path) -> None:
+    # no git repository
+    r = xet("status", cwd=tmp_path, check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr and r.stderr.strip()
+    remote, work = init_repo(tmp_path)
+    # unknown remote
+    r = xet("push", "nosuchremote", cwd=work, check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    # missing CAS data: a pointer whose data exists nowhere
+    ptr = (
+        "version https://gitxet.dev/spec/v1\n"
+        f"oid sha256:{'a' * 64}\nsize 1000\nxet-hash {'b' * 64}\n"
+    )
+    (work / "ghost.bin").write_text(ptr)
+    git("add", "ghost.bin", cwd=work)
+    git("commit", "-q", "-m", "ghost", cwd=work)
+    r = xet("checkout", "ghost.bin", cwd=work, check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "b" * 16 in r.stderr or "not found" in r.stderr
+    # malformed pointer in a commit: served as a plain file, not an error
+    (work / "weird.bin").write_text("version https://gitxet.dev/spec/v1\noid sha256:zz\n")
+    git("add", "weird.bin", cwd=work)
+    git("commit", "-q", "-m", "weird", cwd=work)
+    r = xet("ls-files", cwd=work)
+    assert "weird.bin" not in r.stdout
