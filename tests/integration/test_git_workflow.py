@@ -249,7 +249,7 @@ def test_bad_input_gives_one_clear_line(tmp_path: Path) -> None:
     # no git repository
     r = xet("status", cwd=tmp_path, check=False)
     assert r.returncode != 0 and "Traceback" not in r.stderr and r.stderr.strip()
-    remote, work = init_repo(tmp_path)
+    _remote, work = init_repo(tmp_path)
     # unknown remote
     r = xet("push", "nosuchremote", cwd=work, check=False)
     assert r.returncode != 0 and "Traceback" not in r.stderr
