@@ -170,3 +170,30 @@ class MountError(GitxetError):
         self.reason = reason
         self.log_tail = log_tail
         self.returncode = returncode
+
+
+class RangeNotSatisfiableError(GitxetError):
+    """A byte range that starts at or past the end of an object of ``size`` bytes (HTTP 416)."""
+
+    def __init__(self, what: str, size: int) -> None:
+        super().__init__(f"{what}: range starts past the end ({size} bytes)")
+        self.what = what
+        self.size = size
+
+
+class StorageError(StoreError):
+    """A server storage backend (local directory or S3) failed; ``key`` names the object."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"storage {key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class RequestRejectedError(GitxetError):
+    """An uploaded body the CAS server refuses (HTTP 400); ``reason`` says why."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(f"{what}: {reason}")
+        self.what = what
+        self.reason = reason
