@@ -22,6 +22,7 @@ from typing import BinaryIO
 
 from gitxet.data.clean import Ingestor, IngestResult
 from gitxet.data.reconstruct import FileReader
+from gitxet.data.sources import LayeredSource
 from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, fetch_files, push_files
 from gitxet.errors import ConfigError, GitError, PointerFormatError
 from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
@@ -424,3 +425,70 @@ def _matches(path: bytes, pattern: str) -> bool:
     p = os.fsdecode(path)
     pat = pattern.rstrip("/")
     return p == pat or p.startswith(pat + "/") or fnmatch.fnmatch(p, pattern)
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetSource:
+    """A repository named by a user (path, bare path or file:// URL), opened for reading."""
+
+    git_dir: str
+    stores: tuple[LocalCAS, ...]
+    description: str
+
+    def chunk_source(self) -> LayeredSource:
+        return LayeredSource(self.stores)
+
+    def resolve(self, rev: str) -> str:
+        """Full commit id of a branch, tag or (abbreviated) sha.
+
+        Raises:
+            NotFoundError: no such revision.
+        """
+        from gitxet.errors import NotFoundError
+
+        if not rev or rev.startswith("-"):
+            raise NotFoundError(f"no such revision {rev!r} in {self.description}")
+        r = process.run_git(
+            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
+            cwd=self.git_dir,
+            check=False,
+        )
+        sha = r.decode().strip() if isinstance(r, bytes) else ""
+        if not sha:
+            raise NotFoundError(f"no such revision {rev!r} in {self.description}")
+        return sha
+
+
+def open_dataset(spec: str) -> DatasetSource:
+    """Open ``spec`` (a working repo, a bare repo, or a ``file://`` URL) for reading.
+
+    The stores are the repository's own (``<git dir>/xet``) and, for a working repository
+    whose remote is a path, that remote's embedded store: data is read where it lives.
+
+    Raises:
+        NotFoundError: ``spec`` is not a git repository gitxet can read.
+    """
+    from gitxet.errors import NotFoundError
+
+    root = remote_cas_root(spec)
+    if root is None:
+        raise NotFoundError(f"{spec}: only local paths and file:// URLs can be opened here")
+    path = os.path.dirname(root)  # the git dir (".git" of a work tree, or the bare repo)
+    if not os.path.isdir(path):
+        raise NotFoundError(f"{spec}: no such repository")
+    try:
+        git_dir = str(process.git_dir(path))
+    except GitError:
+        raise NotFoundError(f"{spec}: not a git repository") from None
+    git_dir = (
+        os.path.abspath(os.path.join(path, git_dir)) if not os.path.isabs(git_dir) else git_dir
+    )
+    stores: list[LocalCAS] = []
+    if os.path.isdir(os.path.join(git_dir, "xet")):
+        stores.append(LocalCAS(os.path.join(git_dir, "xet")))
+    for name in process.list_remotes(git_dir):
+        url = process.remote_url(git_dir, name)
+        rroot = remote_cas_root(url) if url else None
+        if rroot and os.path.isdir(rroot):
+            stores.append(LocalCAS(rroot))
+    return DatasetSource(git_dir, tuple(stores), spec)

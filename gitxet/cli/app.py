@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 import gitxet
-from gitxet.cli import _errors, gitcmds, plumbing
+from gitxet.cli import _errors, gitcmds, mountcmds, plumbing
 
 app = typer.Typer(
     name="git-xet",
@@ -47,6 +47,7 @@ def _root(
 
 plumbing.register(app)
 gitcmds.register(app)
+mountcmds.register(app)
 
 
 def main() -> None:

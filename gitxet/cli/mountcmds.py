@@ -1,0 +1,232 @@
+"""Mount commands: mount, unmount, mounts, nfs-serve, warmup."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("mount")(mount_cmd)
+    app.command("unmount")(unmount_cmd)
+    app.command("mounts")(mounts_cmd)
+    app.command("nfs-serve")(nfs_serve_cmd)
+    app.command("warmup")(warmup_cmd)
+
+
+def _state_dir() -> str:
+    base = os.environ.get("GITXET_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "gitxet"
+    )
+    return base
+
+
+def _registry():  # type: ignore[no-untyped-def]
+    from gitxet.mount.runner import MountRegistry
+
+    return MountRegistry(os.path.join(_state_dir(), "mounts"))
+
+
+def _open_fs(repo: str, commit: str, subdir: str | None):  # type: ignore[no-untyped-def]
+    from gitxet.repo import open_dataset
+    from gitxet.vfs.model import CommitFS
+
+    ds = open_dataset(repo)
+    sha = ds.resolve(commit)
+    fs = CommitFS(ds.git_dir, sha, ds.chunk_source(), subdir=os.fsencode(subdir or ""))
+    return ds, sha, fs
+
+
+def mount_cmd(
+    repo: Annotated[
+        str, typer.Argument(help="Repository: working repo, bare repo or file:// URL.")
+    ],
+    commit: Annotated[str, typer.Argument(help="Branch, tag or commit sha.")],
+    mountpoint: Annotated[Path, typer.Argument(help="Empty directory to mount on.")],
+    subdir: Annotated[str | None, typer.Option("--subdir", help="Mount only this subtree.")] = None,
+    foreground: Annotated[
+        bool, typer.Option("--foreground", "-f", help="Serve in this process.")
+    ] = False,
+    nfs: Annotated[
+        bool, typer.Option("--nfs", help="Serve over NFSv3 and mount with the OS client.")
+    ] = False,
+    allow_other: Annotated[
+        bool, typer.Option("--allow-other", help="Let other users read it.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for the mount to be ready.")
+    ] = 30.0,
+) -> None:
+    """Mount a commit read-only, reading file data lazily (FUSE by default)."""
+    mnt = os.path.abspath(mountpoint)
+    if not os.path.isdir(mnt):
+        raise typer.BadParameter(f"{mnt} is not a directory", param_hint="MOUNTPOINT")
+    ds, sha, fs = _open_fs(repo, commit, subdir)
+    typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
+    if nfs:
+        _mount_nfs(fs, sha, mnt)
+        return
+    if foreground:
+        from gitxet.mount.fuse import serve
+
+        serve(fs, mnt, fsname=f"gitxet:{sha[:12]}", allow_other=allow_other)
+        return
+    from gitxet.mount.runner import MountRecord, start_background
+
+    argv = [sys.executable, "-m", "gitxet", "mount", "--foreground", repo, sha, mnt]
+    if subdir:
+        argv += ["--subdir", subdir]
+    if allow_other:
+        argv.append("--allow-other")
+    logs = os.path.join(_state_dir(), "logs")
+    os.makedirs(logs, exist_ok=True)
+    log = os.path.join(logs, mnt.strip("/").replace("/", "_") + ".log")
+    proc = start_background(argv, mnt, timeout=timeout, log_path=log)
+    _registry().record(
+        MountRecord.for_process(proc, kind="fuse", repo=repo, commit=sha, cache_dir="")
+    )
+    typer.echo(
+        f"git-xet: mounted at {mnt} (pid {proc.pid}); 'git xet unmount {mnt}' to stop", err=True
+    )
+
+
+def _mount_nfs(fs, sha: str, mnt: str) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    from gitxet.mount.nfs.handle import fsid_for
+    from gitxet.mount.nfs.server import NFSServer
+
+    server = NFSServer(fs, "127.0.0.1", 0, None, fsid=fsid_for(sha))
+    server.start()
+    port = server.nfs_port
+    opts = f"vers=3,tcp,nolock,port={port},mountport={port},ro"
+    r = subprocess.run(
+        ["mount", "-t", "nfs", "-o", opts, "127.0.0.1:/", mnt],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if r.returncode != 0:
+        server.stop()
+        msg = (r.stderr or r.stdout).strip().splitlines()
+        raise typer.BadParameter(
+            f"the OS NFS mount failed: {msg[-1] if msg else r.returncode} "
+            "(no kernel NFS client? use 'git xet nfs-serve' and mount from elsewhere)"
+        )
+    typer.echo(f"git-xet: NFS mount at {mnt} (port {port}); serving until interrupted", err=True)
+    _wait_for_signal()
+    subprocess.run(["umount", mnt], check=False)
+    server.stop()
+
+
+def _wait_for_signal() -> None:
+    done = threading.Event()
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, lambda *_: done.set())
+    while not done.wait(3600):
+        pass
+
+
+def nfs_serve_cmd(
+    repo: Annotated[
+        str, typer.Argument(help="Repository: working repo, bare repo or file:// URL.")
+    ],
+    commit: Annotated[str, typer.Argument(help="Branch, tag or commit sha.")],
+    port: Annotated[int, typer.Option(help="TCP port for NFS and MOUNT (0: any free port).")] = 0,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    subdir: Annotated[str | None, typer.Option("--subdir")] = None,
+) -> None:
+    """Serve a commit over NFSv3 only (no OS mount); prints an nfs:// URL."""
+    from gitxet.mount.nfs.handle import fsid_for
+    from gitxet.mount.nfs.server import NFSServer
+
+    ds, sha, fs = _open_fs(repo, commit, subdir)
+    server = NFSServer(fs, host, port, None, fsid=fsid_for(sha))
+    server.start()
+    typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
+    typer.echo(server.url, err=False)
+    sys.stdout.flush()
+    try:
+        _wait_for_signal()
+    finally:
+        server.stop()
+
+
+def unmount_cmd(
+    mountpoint: Annotated[Path, typer.Argument(help="A gitxet mountpoint.")],
+    lazy: Annotated[bool, typer.Option("--lazy", "-z", help="Detach even if busy.")] = False,
+) -> None:
+    """Unmount and stop the serving process."""
+    from gitxet.mount.runner import unmount
+
+    unmount(os.path.abspath(mountpoint), lazy=lazy, registry=_registry())
+    typer.echo(f"git-xet: unmounted {os.path.abspath(mountpoint)}", err=True)
+
+
+def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List active gitxet mounts."""
+    for rec in _registry().list():
+        if as_json:
+            typer.echo(
+                json.dumps(
+                    {
+                        "mountpoint": rec.mountpoint,
+                        "pid": rec.pid,
+                        "kind": rec.kind,
+                        "repo": rec.repo,
+                        "commit": rec.commit,
+                    }
+                )
+            )
+        else:
+            typer.echo(
+                f"{rec.mountpoint}\t{rec.kind}\t{rec.commit[:12]}\t{rec.repo}\tpid {rec.pid}"
+            )
+
+
+def warmup_cmd(
+    repo: Annotated[str, typer.Argument()],
+    commit: Annotated[str, typer.Argument()],
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="Files or directories (default: all).")
+    ] = None,
+) -> None:
+    """Read (and verify) the given paths of a commit, so later mounts are served warm."""
+    from gitxet.cli._progress import byte_progress
+    from gitxet.vfs.nodes import NodeKind
+
+    _, sha, fs = _open_fs(repo, commit, None)
+    todo: list[int] = []
+
+    def walk(ino: int) -> None:
+        for _, a in fs.readdir(ino):
+            if a.kind is NodeKind.DIR:
+                walk(a.ino)
+            elif a.kind is NodeKind.FILE:
+                todo.append(a.ino)
+
+    for p in paths or [""]:
+        a = fs.resolve_path(os.fsencode(p.strip("/"))) if p.strip("/") else fs.getattr(fs.root_ino)
+        if a.kind is NodeKind.DIR:
+            walk(a.ino)
+        else:
+            todo.append(a.ino)
+    total = sum(fs.getattr(i).size for i in todo)
+    with byte_progress("warming", total) as advance:
+        for ino in todo:
+            off = 0
+            size = fs.getattr(ino).size
+            while off < size:
+                n = len(fs.read(ino, off, 8 << 20))
+                if n == 0:
+                    break
+                off += n
+                advance(n)
+    typer.echo(f"git-xet: {len(todo)} files, {total:,} bytes verified at {sha[:12]}", err=True)

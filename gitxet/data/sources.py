@@ -1,0 +1,41 @@
+"""Chunk sources layered in order: the first that knows a file or holds a xorb serves it.
+
+A mount of a working repository reads from its own store first and from the remote's
+(embedded) store second, so nothing is copied: chunks are read lazily where they live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gitxet.data.reconstruct import Layout
+from gitxet.errors import XorbNotFoundError
+from gitxet.formats.shard import FileInfo
+from gitxet.hashing import to_hex
+from gitxet.store.cas import LocalCAS
+
+
+class LayeredSource:
+    """A :class:`ChunkSource` over several local stores, tried in order."""
+
+    def __init__(self, stores: Sequence[LocalCAS]) -> None:
+        self.stores = list(stores)
+
+    def file_info(self, file_hash: bytes) -> FileInfo | None:
+        for s in self.stores:
+            info = s.file_info(file_hash)
+            if info is not None:
+                return info
+        return None
+
+    def _holder(self, xorb_hash: bytes) -> LocalCAS:
+        for s in self.stores:
+            if s.has_xorb(xorb_hash):
+                return s
+        raise XorbNotFoundError(to_hex(xorb_hash))
+
+    def layout(self, xorb_hash: bytes) -> Layout:
+        return self._holder(xorb_hash).layout(xorb_hash)
+
+    def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
+        return self._holder(xorb_hash).read_chunks(xorb_hash, start, end)
