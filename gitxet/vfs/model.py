@@ -1,0 +1,938 @@
+"""``CommitFS``: one git commit (or a directory inside it) as a read-only filesystem.
+
+The model reads git with dulwich, straight from the object store (no process per call), and
+turns the commit's tree into nodes lazily: a directory's tree object is parsed the first
+time the directory is listed or looked up, and its children get nodes then. Blobs that are
+gitxet pointers report the pointed-to size and are read through ``data.reconstruct``; every
+other blob is served from git. The design notes are in ``docs/design/filesystem-model.md``.
+
+Why these choices:
+
+* Inode numbers are a hash of (commit, path), so two processes serving the same commit hand
+  out the same numbers and NFS handles survive a server restart. An inode this instance has
+  not handed out yet is found by expanding the whole tree once.
+* Sizes must not cost a full read of a big blob: they come from the pack entry header (or
+  the delta header) and the loose object header, which is what ``git cat-file -s`` does.
+  Only blobs small enough to be pointers are read, because a pointer's real size is inside.
+* Nothing holds a lock while reading data: caches are guarded by short critical sections and
+  concurrent loads of the same thing are collapsed so the work is done once.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import stat
+import tempfile
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import IO, Any, NamedTuple, TypeVar
+
+from dulwich.errors import NotGitRepository
+from dulwich.repo import Repo
+
+from gitxet.data.reconstruct import ChunkCache, ChunkSource, FileReader
+from gitxet.errors import (
+    FormatError,
+    GitError,
+    GitObjectNotFoundError,
+    IntegrityError,
+    PointerFormatError,
+)
+from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer, looks_like_pointer
+from gitxet.hashing import from_hex
+from gitxet.vfs.nodes import Attrs, FSStats, NodeKind
+
+__all__ = ["ROOT_INO", "CommitFS"]
+
+log = logging.getLogger(__name__)
+
+#: Inode number of the filesystem root (FUSE's own root number; see the design note).
+ROOT_INO = 1
+_INO_MASK = (1 << 63) - 1  # inode numbers are 63-bit: they stay positive as signed 64-bit
+_INO_PERSON = b"gitxet.vfs.ino"  # blake2b personalisation: domain-separates the hash
+
+# git tree entry modes
+_MODE_DIR = 0o040000
+_MODE_LINK = 0o120000
+_MODE_GITLINK = 0o160000
+_FILE_MODES = frozenset({0o100644, 0o100755, 0o100664})  # 100664: written by very old gits
+
+# pack entry types (gitformat-pack)
+_OBJ_COMMIT, _OBJ_TREE, _OBJ_BLOB, _OBJ_TAG, _OFS_DELTA, _REF_DELTA = 1, 2, 3, 4, 6, 7
+
+_GIT_HANDLES = 4  # dulwich repos opened at most (one per concurrent git reader)
+_MAX_SPOOLS = 8  # big plain blobs kept in temporary files
+_VARINT_MAX = 10  # bytes of a 64-bit size in git's 7-bit varints
+
+T = TypeVar("T")
+
+
+# ---- git objects ---------------------------------------------------------------------------
+
+
+class _Entry(NamedTuple):
+    """One tree entry: name, git mode, raw object id."""
+
+    name: bytes
+    mode: int
+    sha: bytes
+
+
+def _kind_of(mode: int) -> NodeKind | None:
+    if mode in _FILE_MODES:
+        return NodeKind.FILE
+    if mode in (_MODE_DIR, _MODE_GITLINK):
+        return NodeKind.DIR
+    if mode == _MODE_LINK:
+        return NodeKind.SYMLINK
+    return None
+
+
+def parse_tree(raw: bytes, sha_len: int, what: str) -> list[_Entry]:
+    """Entries of a tree object, refusing anything a filesystem cannot show.
+
+    Raises:
+        FormatError: truncated entries, bad modes, names that are empty, ``.``, ``..`` or
+            contain ``/``, and duplicate names (git fsck rejects the same).
+    """
+    out: list[_Entry] = []
+    seen: set[bytes] = set()
+    pos, end = 0, len(raw)
+    while pos < end:
+        sp = raw.find(b" ", pos, pos + 8)
+        mode_text = raw[pos:sp]
+        if sp < 0 or not mode_text or mode_text.strip(b"01234567"):
+            raise FormatError(what, f"entry at byte {pos}: bad or missing mode")
+        nul = raw.find(b"\0", sp + 1)
+        if nul < 0 or nul + 1 + sha_len > end:
+            raise FormatError(what, f"entry at byte {pos}: truncated")
+        name = raw[sp + 1 : nul]
+        mode = int(mode_text, 8)
+        if not name or name in (b".", b"..") or b"/" in name:
+            raise FormatError(what, f"entry at byte {pos}: invalid name {name!r}")
+        if _kind_of(mode) is None:
+            raise FormatError(what, f"entry {name!r}: unsupported mode {mode:o}")
+        if name in seen:
+            raise FormatError(what, f"duplicate entry {name!r}")
+        seen.add(name)
+        out.append(_Entry(name, mode, raw[nul + 1 : nul + 1 + sha_len]))
+        pos = nul + 1 + sha_len
+    return out
+
+
+def _varint_le(data: bytes, pos: int, what: str) -> tuple[int, int]:
+    """A delta-header size (7 bits per byte, least significant group first)."""
+    value = shift = 0
+    for i in range(pos, min(len(data), pos + _VARINT_MAX)):
+        value |= (data[i] & 0x7F) << shift
+        shift += 7
+        if not data[i] & 0x80:
+            return value, i + 1
+    raise FormatError(what, "truncated size in delta header")
+
+
+def _inflate_prefix(read: Callable[[int], bytes], want: int, what: str) -> bytes:
+    """The first ``want`` decompressed bytes of a zlib stream, reading as little as possible."""
+    d = zlib.decompressobj()
+    out = b""
+    for _ in range(64):  # 64 reads of 64 bytes: no sane header needs more
+        if len(out) >= want or d.eof:
+            return out
+        data = d.unconsumed_tail or read(64)
+        if not data:
+            break
+        try:
+            out += d.decompress(data, want - len(out))
+        except zlib.error as exc:
+            raise FormatError(what, f"bad zlib data ({exc})") from None
+    if d.eof or len(out) >= want:
+        return out
+    raise FormatError(what, "zlib stream ends early")
+
+
+def packed_size(path: str, offset: int, sha_len: int) -> int:
+    """Size of the object at ``offset`` in a pack, from its entry header or delta header.
+
+    A non-delta entry's header holds the object size. A delta's compressed data starts with
+    the base size and the result size, so only the first bytes need inflating.
+    """
+    what = f"pack {os.path.basename(path)} @{offset}"
+    with open(path, "rb", buffering=0) as f:
+        head = os.pread(f.fileno(), 2 * _VARINT_MAX + sha_len, offset)
+        if not head:
+            raise FormatError(what, "offset beyond the end of the pack")
+        kind = (head[0] >> 4) & 7
+        size, shift, i = head[0] & 0x0F, 4, 1
+        while head[i - 1] & 0x80:
+            if i >= min(len(head), _VARINT_MAX):
+                raise FormatError(what, "truncated entry header")
+            size |= (head[i] & 0x7F) << shift
+            shift += 7
+            i += 1
+        if kind in (_OBJ_COMMIT, _OBJ_TREE, _OBJ_BLOB, _OBJ_TAG):
+            return size
+        if kind == _OFS_DELTA:
+            while i < len(head) and head[i] & 0x80:
+                i += 1
+            i += 1
+        elif kind == _REF_DELTA:
+            i += sha_len
+        else:
+            raise FormatError(what, f"unknown entry type {kind}")
+        pos = offset + i
+
+        def read(n: int) -> bytes:
+            nonlocal pos
+            data = os.pread(f.fileno(), n, pos)
+            pos += len(data)
+            return data
+
+        prefix = _inflate_prefix(read, 2 * _VARINT_MAX, what)
+    _base, j = _varint_le(prefix, 0, what)
+    result, _ = _varint_le(prefix, j, what)
+    return result
+
+
+def loose_size(path: str) -> int:
+    """Size of a loose blob, from the ``blob <size>\\0`` header at the start of its stream."""
+    what = f"loose object {os.path.basename(os.path.dirname(path))}{os.path.basename(path)}"
+    with open(path, "rb") as f:
+        prefix = _inflate_prefix(f.read, 32, what)
+    header, nul, _ = prefix.partition(b"\0")
+    kind, _sp, size = header.partition(b" ")
+    if not nul or kind != b"blob" or not size.isdigit():
+        raise FormatError(what, f"not a blob header: {header[:32]!r}")
+    return int(size)
+
+
+class _Handle:
+    """One dulwich repository, used by one thread at a time."""
+
+    def __init__(self, path: str) -> None:
+        self.repo = Repo(path)
+        self.store: Any = self.repo.object_store
+        self.packs: list[Any] = list(self.store.packs)
+
+    def size(self, hexsha: bytes, sha_len: int) -> int:
+        for attempt in range(2):
+            for pack in self.packs:
+                try:
+                    offset = pack.index.object_offset(hexsha)
+                except KeyError:
+                    continue
+                return packed_size(os.fspath(pack.data.path), offset, sha_len)
+            root = getattr(self.store, "path", None)
+            if root is not None:
+                text = hexsha.decode("ascii")
+                try:
+                    return loose_size(os.path.join(os.fspath(root), text[:2], text[2:]))
+                except FileNotFoundError:
+                    pass
+            if attempt == 0:  # a repack may have moved it into a pack we do not know yet
+                self.packs = list(self.store.packs)
+        # alternates, or a store that is not on disk: pay for a full read
+        return len(self.raw(hexsha, _OBJ_BLOB))
+
+    def raw(self, hexsha: bytes, want: int) -> bytes:
+        try:
+            type_num, data = self.store.get_raw(hexsha)
+        except KeyError:
+            raise GitObjectNotFoundError(hexsha.decode("ascii")) from None
+        if type_num != want:
+            raise GitError(f"object {hexsha.decode('ascii')} has type {type_num}, not {want}")
+        return bytes(data)
+
+    def close(self) -> None:
+        self.repo.close()
+
+
+class _Git:
+    """A small pool of dulwich repositories: dulwich objects are not thread-safe."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._cond = threading.Condition()
+        self._closed = False
+        try:
+            first = _Handle(path)
+        except NotGitRepository:
+            raise GitError(f"{path}: not a git repository") from None
+        self._idle = [first]
+        self._count = 1
+
+    @contextmanager
+    def _handle(self) -> Iterator[_Handle]:
+        with self._cond:
+            while not self._idle and self._count >= _GIT_HANDLES:
+                self._cond.wait()
+            if self._closed:
+                raise GitError("the repository was closed")
+            handle = self._idle.pop() if self._idle else None
+            if handle is None:
+                self._count += 1
+        if handle is None:
+            try:
+                handle = _Handle(self._path)
+            except BaseException:
+                with self._cond:
+                    self._count -= 1
+                    self._cond.notify()
+                raise
+        try:
+            yield handle
+        finally:
+            with self._cond:
+                if self._closed:
+                    handle.close()
+                else:
+                    self._idle.append(handle)
+                self._cond.notify()
+
+    def raw(self, sha: bytes, want: int) -> bytes:
+        with self._handle() as h:
+            return h.raw(sha.hex().encode("ascii"), want)
+
+    def size(self, sha: bytes) -> int:
+        with self._handle() as h:
+            return h.size(sha.hex().encode("ascii"), len(sha))
+
+    def commit(self, hexsha: bytes) -> tuple[bytes, int]:
+        """(tree id, committer time in seconds) of a commit, peeling annotated tags."""
+        with self._handle() as h:
+            for _ in range(16):
+                try:
+                    obj = h.store[hexsha]
+                except KeyError:
+                    raise GitObjectNotFoundError(hexsha.decode("ascii")) from None
+                if obj.type_name == b"tag":
+                    hexsha = obj.object[1]
+                    continue
+                if obj.type_name != b"commit":
+                    kind = obj.type_name.decode("ascii")
+                    raise GitError(f"object {hexsha.decode('ascii')} is a {kind}, not a commit")
+                return bytes.fromhex(obj.tree.decode("ascii")), int(obj.commit_time)
+        raise GitError(f"tag chain at {hexsha.decode('ascii')} is too long")
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._cond.notify_all()
+        for h in idle:
+            h.close()
+
+
+# ---- caches --------------------------------------------------------------------------------
+
+
+class _Flights:
+    """Collapses concurrent computations of the same key into one (the others wait)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[Hashable, Future[Any]] = {}
+
+    def run(self, key: Hashable, fn: Callable[[], T]) -> T:
+        with self._lock:
+            fut = self._running.get(key)
+            owner = fut is None
+            if fut is None:
+                fut = self._running[key] = Future()
+        if not owner:
+            result: T = fut.result()
+            return result
+        try:
+            value = fn()
+        except BaseException as exc:
+            fut.set_exception(exc)
+            raise
+        else:
+            fut.set_result(value)
+            return value
+        finally:
+            with self._lock:
+                del self._running[key]
+
+
+class _Spool:
+    """A big plain blob in an unlinked temporary file; closed once evicted and unused."""
+
+    def __init__(self, data: bytes) -> None:
+        # kept open past this call on purpose: retire()/release() close it
+        self._file: IO[bytes] = tempfile.TemporaryFile(prefix="gitxet-blob-")  # noqa: SIM115
+        try:
+            self._file.write(data)
+            self._file.flush()
+        except BaseException:
+            self._file.close()
+            raise
+        self._users = 0
+        self._retired = False
+        self._lock = threading.Lock()
+
+    def acquire(self) -> None:
+        with self._lock:
+            self._users += 1
+
+    def pread(self, offset: int, size: int) -> bytes:
+        """Read while acquired (the caller releases)."""
+        return os.pread(self._file.fileno(), size, offset)
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._retired and self._users == 0:
+                self._file.close()
+
+    def retire(self) -> None:
+        with self._lock:
+            self._retired = True
+            if self._users == 0:
+                self._file.close()
+
+
+class _BlobCache:
+    """Plain blob bytes: small ones in memory (byte-bounded LRU), big ones spooled to disk."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.spool_over = max(max_bytes // 8, 1)
+        self._mem: OrderedDict[bytes, bytes] = OrderedDict()
+        self._mem_bytes = 0
+        self._spools: OrderedDict[bytes, _Spool] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, sha: bytes) -> bytes | _Spool | None:
+        """Cached bytes, or an acquired spool (release it), or None."""
+        with self._lock:
+            data = self._mem.get(sha)
+            if data is not None:
+                self._mem.move_to_end(sha)
+                return data
+            spool = self._spools.get(sha)
+            if spool is not None:
+                self._spools.move_to_end(sha)
+                spool.acquire()
+            return spool
+
+    def put(self, sha: bytes, data: bytes) -> None:
+        if len(data) > self.spool_over:
+            spool = _Spool(data)
+            with self._lock:
+                old = self._spools.pop(sha, None)
+                self._spools[sha] = spool
+                evicted = (
+                    [self._spools.popitem(last=False)[1]] if len(self._spools) > _MAX_SPOOLS else []
+                )
+            for s in [*evicted, *([old] if old else [])]:
+                s.retire()
+            return
+        with self._lock:
+            if sha in self._mem:
+                return
+            self._mem[sha] = data
+            self._mem_bytes += len(data)
+            while self._mem_bytes > self.max_bytes:
+                self._mem_bytes -= len(self._mem.popitem(last=False)[1])
+
+    def close(self) -> None:
+        with self._lock:
+            spools = list(self._spools.values())
+            self._spools.clear()
+            self._mem.clear()
+            self._mem_bytes = 0
+        for s in spools:
+            s.retire()
+
+
+# ---- nodes ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _BlobInfo:
+    """What a file blob is: its reported size and, for a pointer, the pointer."""
+
+    size: int
+    pointer: Pointer | None
+
+
+class _Node:
+    """One path of the commit. ``entries``/``children``/``attrs`` are filled in lazily."""
+
+    __slots__ = (
+        "attrs",
+        "children",
+        "entries",
+        "ino",
+        "mode",
+        "name",
+        "order",
+        "parent",
+        "path",
+        "sha",
+    )
+
+    def __init__(
+        self, ino: int, parent: _Node | None, name: bytes, path: bytes, mode: int, sha: bytes
+    ) -> None:
+        self.ino = ino
+        self.parent = parent if parent is not None else self
+        self.name = name
+        self.path = path  # from the repository root, so inode numbers ignore ``subdir``
+        self.mode = mode
+        self.sha = sha
+        self.entries: list[_Entry] | None = [] if mode == _MODE_GITLINK else None
+        self.children: dict[bytes, _Node] | None = None
+        self.order: list[_Node] = []  # children sorted by name
+        self.attrs: Attrs | None = None
+
+    @property
+    def kind(self) -> NodeKind:
+        kind = _kind_of(self.mode)
+        assert kind is not None  # parse_tree admits known modes only
+        return kind
+
+    @property
+    def shown(self) -> str:
+        """The path for messages."""
+        return "/" + self.path.decode("utf-8", errors="replace")
+
+
+def inode_number(commit_hex: str, path: bytes) -> int:
+    """The inode number of ``path`` (from the repository root) in a commit, before probing."""
+    key = commit_hex.encode("ascii") + b"\0" + path
+    h = hashlib.blake2b(key, digest_size=8, person=_INO_PERSON)
+    ino = int.from_bytes(h.digest(), "big") & _INO_MASK
+    return ino if ino > ROOT_INO else ino + 2
+
+
+def _join(parent: str, name: bytes) -> str:
+    shown = name.decode("utf-8", errors="replace")
+    return f"/{shown}" if parent == "/" else f"{parent}/{shown}"
+
+
+# ---- the filesystem ------------------------------------------------------------------------
+
+
+class CommitFS:
+    """A commit's tree, or the directory ``subdir`` inside it, as a read-only filesystem.
+
+    Implements :class:`gitxet.vfs.nodes.ReadOnlyFS`; thread-safe. Call :meth:`close` (or use
+    it as a context manager) to release the repository's files.
+
+    Args:
+        repo_path: a repository, bare or not (anything ``dulwich.repo.Repo`` opens).
+        commit: a full commit id in hex (an annotated tag's id is peeled to its commit).
+        source: where pointer files' chunks come from.
+        subdir: a directory of the commit to serve as the root (``/``-separated).
+        cache: decoded-chunk cache shared by all pointer files (a 64 MiB one if omitted).
+        readers: how many open pointer-file readers to keep (LRU).
+        blob_cache_bytes: memory for plain blobs; blobs over 1/8 of it go to temporary files.
+
+    Raises:
+        GitError: not a repository, or ``commit`` is not a commit.
+        GitObjectNotFoundError: the commit is not in the repository.
+        FileNotFoundError: ``subdir`` is not in the commit.
+        NotADirectoryError: ``subdir`` names a file.
+        ValueError: malformed ``commit``/``subdir`` or a non-positive ``readers``.
+    """
+
+    def __init__(
+        self,
+        repo_path: str,
+        commit: bytes | str,
+        source: ChunkSource,
+        *,
+        subdir: bytes = b"",
+        cache: ChunkCache | None = None,
+        readers: int = 256,
+        blob_cache_bytes: int = 64 << 20,
+    ) -> None:
+        text = commit.decode("ascii", errors="replace") if isinstance(commit, bytes) else commit
+        if len(text) not in (40, 64) or text.strip("0123456789abcdef"):
+            raise ValueError(f"commit must be a full lowercase hex object id, got {text[:80]!r}")
+        if readers < 1 or blob_cache_bytes < 1:
+            raise ValueError("readers and blob_cache_bytes must be positive")
+        parts = [p for p in subdir.split(b"/") if p]
+        if any(p in (b".", b"..") for p in parts):
+            raise ValueError(f"subdir must not contain '.' or '..': {subdir!r}")
+        self._commit_hex = text
+        self._source = source
+        self._cache = cache if cache is not None else ChunkCache()
+        self._max_readers = readers
+        self._lock = threading.Lock()  # guards the dicts below; never held during I/O
+        self._flights = _Flights()
+        self._blobs = _BlobCache(blob_cache_bytes)
+        self._readers: OrderedDict[bytes, FileReader] = OrderedDict()
+        self._infos: dict[bytes, _BlobInfo] = {}
+        self._warned: set[bytes] = set()
+        self._nodes: dict[int, _Node] = {}
+        self._expanded_all = False
+        self._stats: FSStats | None = None
+        self._git = _Git(repo_path)
+        try:
+            tree, seconds = self._git.commit(text.encode("ascii"))
+            self.mtime_ns = seconds * 1_000_000_000
+            self._root = self._find_root(tree, parts)
+        except BaseException:
+            self.close()
+            raise
+
+    def _find_root(self, tree: bytes, parts: list[bytes]) -> _Node:
+        node = _Node(ROOT_INO, None, b"", b"", _MODE_DIR, tree)
+        for part in parts:
+            entry = next((e for e in self._entries(node) if e.name == part), None)
+            path = node.path + b"/" + part if node.path else part
+            where = f"{path.decode('utf-8', errors='replace')!r} in commit {self._commit_hex}"
+            if entry is None:
+                raise FileNotFoundError(errno.ENOENT, f"no directory {where}")
+            if _kind_of(entry.mode) is not NodeKind.DIR:
+                raise NotADirectoryError(errno.ENOTDIR, f"not a directory: {where}")
+            node = _Node(ROOT_INO, None, part, path, entry.mode, entry.sha)
+        self._nodes[ROOT_INO] = node
+        self._attrs(node)  # a broken root tree fails here, not at the first listing
+        return node
+
+    # ---- ReadOnlyFS ------------------------------------------------------------------------
+
+    @property
+    def root_ino(self) -> int:
+        return ROOT_INO
+
+    @property
+    def commit(self) -> str:
+        """The commit served, in hex."""
+        return self._commit_hex
+
+    def getattr(self, ino: int) -> Attrs:
+        """Attributes of a known inode (memory only once the node was handed out)."""
+        return self._attrs(self._node(ino))
+
+    def lookup(self, parent_ino: int, name: bytes) -> Attrs:
+        """The child ``name`` of a directory, or the directory itself / its parent."""
+        node = self._dir(parent_ino)
+        if name == b".":
+            return self._attrs(node)
+        if name == b"..":
+            return self._attrs(node.parent)
+        child = self._children(node).get(name)
+        if child is None:
+            raise FileNotFoundError(errno.ENOENT, f"{_join(node.shown, name)}: no such file")
+        return self._attrs(child)
+
+    def parent(self, ino: int) -> int:
+        """Inode of the directory holding ``ino``; the root is its own parent."""
+        return self._node(ino).parent.ino
+
+    def readdir(self, ino: int) -> list[tuple[bytes, Attrs]]:
+        """Children of a directory sorted by name (bytes order), without ``.`` and ``..``."""
+        node = self._dir(ino)
+        self._children(node)
+        return [(c.name, self._attrs(c)) for c in node.order]
+
+    def readlink(self, ino: int) -> bytes:
+        """Target of a symlink: the blob's content."""
+        node = self._node(ino)
+        if node.kind is not NodeKind.SYMLINK:
+            raise OSError(errno.EINVAL, f"{node.shown}: not a symlink")
+        cached = self._blobs.get(node.sha)
+        if isinstance(cached, bytes):
+            return cached
+        if cached is not None:  # a spooled "symlink" of megabytes: not worth a special case
+            cached.release()
+        data = self._git_op(node.shown, "read link", lambda: self._git.raw(node.sha, _OBJ_BLOB))
+        self._blobs.put(node.sha, data)
+        return data
+
+    def read(self, ino: int, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes at ``offset``; ``b""`` at or past the end.
+
+        A pointer file whose data cannot be fetched or verified raises ``OSError(EIO)``
+        (logged with the path and the cause); wrong bytes are never returned.
+        """
+        node = self._node(ino)
+        kind = node.kind
+        if kind is NodeKind.DIR:
+            raise IsADirectoryError(errno.EISDIR, f"{node.shown}: is a directory")
+        if kind is NodeKind.SYMLINK:
+            raise OSError(errno.EINVAL, f"{node.shown}: is a symlink")
+        if offset < 0 or size < 0:
+            raise OSError(errno.EINVAL, f"{node.shown}: negative offset or size")
+        info = self._blob_info(node.sha, node.shown)
+        if size == 0 or offset >= info.size:
+            return b""
+        if info.pointer is not None:
+            return self._read_pointer(node, info.pointer, offset, size)
+        return self._read_plain(node, info.size, offset, size)
+
+    def statfs(self) -> FSStats:
+        """Sum of the reported sizes of the tree's files and symlinks, and its node count.
+
+        Computed once, on the first call, by walking every tree object (each distinct tree
+        once) and sizing every blob; pointer-sized blobs are read for that.
+        """
+        stats = self._stats
+        if stats is None:
+            total, count = self._flights.run("statfs", self._walk_totals)
+            stats = self._stats = FSStats(total_bytes=total, files=count)
+        return stats
+
+    # ---- extras ----------------------------------------------------------------------------
+
+    def resolve_path(self, path: bytes) -> Attrs:
+        """Attributes of ``path`` relative to the root (``/``-separated; ``.``/``..`` allowed).
+
+        Symlinks are not followed. Raises ``FileNotFoundError`` or ``NotADirectoryError``.
+        """
+        node = self._root
+        for part in path.split(b"/"):
+            if part and part != b".":
+                node = self._node(self.lookup(node.ino, part).ino)
+        return self._attrs(node)
+
+    def close(self) -> None:
+        """Release the repository's files and the temporary files of big plain blobs."""
+        self._git.close()
+        self._blobs.close()
+        with self._lock:
+            self._readers.clear()
+
+    def __enter__(self) -> CommitFS:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- nodes -----------------------------------------------------------------------------
+
+    def _node(self, ino: int) -> _Node:
+        with self._lock:
+            node = self._nodes.get(ino)
+        if node is not None:
+            return node
+        if not self._expanded_all and ROOT_INO < ino <= _INO_MASK:
+            # A number we never handed out: a client holding a handle from an earlier server
+            # for this commit. Numbers are a function of the path, so expanding every
+            # directory once finds it (or proves it stale).
+            self._flights.run("expand-all", self._expand_all)
+            with self._lock:
+                node = self._nodes.get(ino)
+            if node is not None:
+                return node
+        raise FileNotFoundError(errno.ENOENT, f"stale inode {ino}")
+
+    def _expand_all(self) -> None:
+        stack = [self._root]
+        while stack:
+            node = stack.pop()
+            stack.extend(c for c in self._children(node).values() if c.kind is NodeKind.DIR)
+        self._expanded_all = True
+
+    def _dir(self, ino: int) -> _Node:
+        node = self._node(ino)
+        if node.kind is not NodeKind.DIR:
+            raise NotADirectoryError(errno.ENOTDIR, f"{node.shown}: not a directory")
+        return node
+
+    def _entries(self, node: _Node) -> list[_Entry]:
+        entries = node.entries
+        if entries is None:
+            entries = node.entries = self._tree(node.sha, node.shown)
+        return entries
+
+    def _tree(self, sha: bytes, shown: str) -> list[_Entry]:
+        def load() -> list[_Entry]:
+            raw = self._git_op(shown, "read tree", lambda: self._git.raw(sha, _OBJ_TREE))
+            try:
+                return parse_tree(raw, len(sha), f"tree {sha.hex()}")
+            except FormatError as exc:
+                raise self._eio(shown, "bad tree", exc) from exc
+
+        return self._flights.run(("tree", sha), load)
+
+    def _children(self, node: _Node) -> dict[bytes, _Node]:
+        kids = node.children
+        if kids is not None:
+            return kids
+        entries = self._entries(node)
+        # hash outside the lock: a directory can have 100k entries
+        paths = [node.path + b"/" + e.name if node.path else e.name for e in entries]
+        numbers = [inode_number(self._commit_hex, p) for p in paths]
+        with self._lock:
+            if node.children is not None:
+                return node.children
+            kids = {}
+            for entry, path, ino in zip(entries, paths, numbers, strict=True):
+                while ino in self._nodes:  # 63-bit collision: probe, and say so
+                    log.warning(
+                        "inode %d of %r collides with %s", ino, path, self._nodes[ino].shown
+                    )
+                    ino = ino + 1 if ino < _INO_MASK else ROOT_INO + 1
+                child = _Node(ino, node, entry.name, path, entry.mode, entry.sha)
+                self._nodes[ino] = child
+                kids[entry.name] = child
+            node.order = sorted(kids.values(), key=lambda c: c.name)
+            node.children = kids
+        return kids
+
+    def _attrs(self, node: _Node) -> Attrs:
+        attrs = node.attrs
+        if attrs is not None:
+            return attrs
+        kind = node.kind
+        if kind is NodeKind.DIR:
+            subdirs = sum(1 for e in self._entries(node) if _kind_of(e.mode) is NodeKind.DIR)
+            attrs = Attrs(node.ino, kind, stat.S_IFDIR | 0o555, 0, 2 + subdirs, self.mtime_ns)
+        elif kind is NodeKind.FILE:
+            size = self._blob_info(node.sha, node.shown).size
+            perm = 0o555 if node.mode & 0o100 else 0o444
+            attrs = Attrs(node.ino, kind, stat.S_IFREG | perm, size, 1, self.mtime_ns)
+        else:
+            size = self._git_op(node.shown, "size link", lambda: self._git.size(node.sha))
+            attrs = Attrs(node.ino, kind, stat.S_IFLNK | 0o777, size, 1, self.mtime_ns)
+        node.attrs = attrs
+        return attrs
+
+    # ---- blobs -----------------------------------------------------------------------------
+
+    def _blob_info(self, sha: bytes, shown: str) -> _BlobInfo:
+        with self._lock:
+            info = self._infos.get(sha)
+        if info is None:
+            info = self._flights.run(("info", sha), lambda: self._load_info(sha, shown))
+        return info
+
+    def _load_info(self, sha: bytes, shown: str) -> _BlobInfo:
+        size = self._git_op(shown, "size blob", lambda: self._git.size(sha))
+        pointer = None
+        if size <= MAX_POINTER_SIZE:  # small enough to be a pointer: read it to know
+            data = self._read_blob(sha, shown, size)
+            if looks_like_pointer(data):
+                try:
+                    pointer = Pointer.decode(data)
+                except PointerFormatError as exc:
+                    with self._lock:
+                        first = sha not in self._warned
+                        self._warned.add(sha)
+                    if first:
+                        log.warning("%s: not a valid pointer (%s); served as is", shown, exc.reason)
+        info = _BlobInfo(pointer.size if pointer is not None else size, pointer)
+        with self._lock:
+            self._infos[sha] = info
+        return info
+
+    def _read_blob(self, sha: bytes, shown: str, size: int) -> bytes:
+        """A blob's bytes from git, checked against its size, and cached."""
+        data = self._git_op(shown, "read blob", lambda: self._git.raw(sha, _OBJ_BLOB))
+        if len(data) != size:
+            bad = FormatError(f"blob {sha.hex()}", f"{len(data)} bytes, its header says {size}")
+            raise self._eio(shown, "inconsistent object", bad) from bad
+        try:
+            self._blobs.put(sha, data)
+        except OSError as exc:  # no room for a spool file: serve it anyway, uncached
+            log.warning("%s: cannot cache blob: %s", shown, exc)
+        return data
+
+    def _read_plain(self, node: _Node, total: int, offset: int, size: int) -> bytes:
+        cached = self._blobs.get(node.sha)
+        if cached is None:
+            data = self._flights.run(
+                ("blob", node.sha), lambda: self._read_blob(node.sha, node.shown, total)
+            )
+            return data[offset : offset + size]
+        if isinstance(cached, bytes):
+            return cached[offset : offset + size]
+        try:
+            return cached.pread(offset, min(size, total - offset))
+        except OSError as exc:
+            raise self._eio(node.shown, "read spooled blob", exc) from exc
+        finally:
+            cached.release()
+
+    def _read_pointer(self, node: _Node, pointer: Pointer, offset: int, size: int) -> bytes:
+        try:
+            reader = self._reader(pointer)
+            if reader.size != pointer.size:
+                detail = f"reconstructs to {reader.size} bytes, the pointer says {pointer.size}"
+                raise IntegrityError("file", pointer.xet_hash, detail)
+            return reader.read(offset, size)
+        except Exception as exc:  # any failure of the source: never half-served data
+            raise self._eio(node.shown, "cannot read data", exc) from exc
+
+    def _reader(self, pointer: Pointer) -> FileReader:
+        key = from_hex(pointer.xet_hash)
+        with self._lock:
+            reader = self._readers.get(key)
+            if reader is not None:
+                self._readers.move_to_end(key)
+                return reader
+        reader = self._flights.run(
+            ("reader", key), lambda: FileReader(self._source, key, cache=self._cache)
+        )
+        with self._lock:
+            self._readers[key] = reader
+            self._readers.move_to_end(key)
+            while len(self._readers) > self._max_readers:
+                self._readers.popitem(last=False)
+        return reader
+
+    # ---- totals ----------------------------------------------------------------------------
+
+    def _walk_totals(self) -> tuple[int, int]:
+        """(bytes, nodes) of the served tree; each distinct tree object is summed once."""
+        root = self._root
+        if root.mode == _MODE_GITLINK:
+            return 0, 1
+        done: dict[bytes, tuple[int, int]] = {}
+        stack: list[tuple[bytes, str, bool]] = [(root.sha, root.shown, False)]
+        while stack:
+            sha, shown, ready = stack.pop()
+            if sha in done:
+                continue
+            entries = self._tree(sha, shown)
+            if not ready:
+                subs = [
+                    (e.sha, _join(shown, e.name), False)
+                    for e in entries
+                    if e.mode == _MODE_DIR and e.sha not in done
+                ]
+                if subs:
+                    stack.append((sha, shown, True))
+                    stack.extend(subs)
+                    continue
+            total, count = 0, 1
+            for e in entries:
+                if e.mode == _MODE_DIR:
+                    sub_total, sub_count = done[e.sha]
+                    total += sub_total
+                    count += sub_count
+                    continue
+                count += 1
+                where = _join(shown, e.name)
+                if e.mode == _MODE_LINK:
+                    total += self._git_op(where, "size link", partial(self._git.size, e.sha))
+                elif e.mode != _MODE_GITLINK:
+                    total += self._blob_info(e.sha, where).size
+            done[sha] = (total, count)
+        return done[root.sha]
+
+    # ---- errors ----------------------------------------------------------------------------
+
+    def _git_op(self, shown: str, what: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except Exception as exc:  # a missing or damaged object: the file is unreadable
+            raise self._eio(shown, what, exc) from exc
+
+    def _eio(self, shown: str, what: str, exc: BaseException) -> OSError:
+        log.warning("%s: %s: %s: %s", shown, what, type(exc).__name__, exc)
+        return OSError(errno.EIO, f"{shown}: {what}: {exc}")

@@ -1,0 +1,640 @@
+"""CommitFS over real git repositories (built with the git binary) and a real LocalCAS."""
+
+from __future__ import annotations
+
+import errno
+import io
+import logging
+import os
+import random
+import shutil
+import stat
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gitxet.data.clean import Ingestor
+from gitxet.errors import GitError, GitObjectNotFoundError
+from gitxet.formats.pointer import VERSION_LINE, Pointer
+from gitxet.hashing import to_hex
+from gitxet.store.cas import LocalCAS
+from gitxet.vfs import model
+from gitxet.vfs.model import ROOT_INO, CommitFS, loose_size, packed_size
+from gitxet.vfs.nodes import Attrs, NodeKind
+
+# Sealed git for module-scoped fixtures, which are set up before the autouse env fixture.
+GIT_ENV = {
+    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    "HOME": "/nonexistent",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_AUTHOR_NAME": "T",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "T",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "LC_ALL": "C",
+}
+T1 = 1_700_000_000
+T2 = 1_700_086_400
+
+
+def git(cwd: Path, *args: str, when: int = T1) -> str:
+    env = {**GIT_ENV, "GIT_AUTHOR_DATE": f"@{when} +0000", "GIT_COMMITTER_DATE": f"@{when} +0000"}
+    cmd = ["git", "-c", "init.defaultBranch=main", "-c", "core.autocrlf=false", *args]
+    out = subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True)
+    return out.stdout.decode()
+
+
+@dataclass
+class World:
+    """A repository with two commits, the store holding its pointer files' data."""
+
+    repo: Path
+    cas_root: Path
+    c1: str
+    c2: str
+    files1: dict[str, bytes]  # path -> content as served (pointer files resolved)
+    files2: dict[str, bytes]
+    pointers: set[str]  # paths that are pointer files in both commits
+
+
+def write(root: Path, rel: str, data: bytes, mode: int = 0o644) -> None:
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(data)
+    p.chmod(mode)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    base = tmp_path_factory.mktemp("vfs")
+    repo = base / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    cas_root = base / "cas"
+    cas = LocalCAS(str(cas_root), durable=False)
+    rnd = random.Random(5)
+    big1 = rnd.randbytes(3 << 20)
+    big2 = big1[: 1 << 20] + rnd.randbytes(5000) + big1[1 << 20 :]
+    small = rnd.randbytes(1000)
+    plain_big = rnd.randbytes(300_000)  # a non-pointer blob above the pointer size
+
+    def ptr(ing: Ingestor, data: bytes) -> bytes:
+        r = ing.add_stream(io.BytesIO(data))
+        return Pointer(sha256=r.sha256, size=r.size, xet_hash=to_hex(r.file_hash)).encode()
+
+    fake = VERSION_LINE + b"oid sha256:nothex\nsize 1\nxet-hash 00\n"
+    with Ingestor(cas) as ing:
+        p_big1, p_big2, p_small = ptr(ing, big1), ptr(ing, big2), ptr(ing, small)
+        ing.flush()
+    cas.close()
+
+    tree1: dict[str, tuple[bytes, int]] = {
+        "README.md": (b"# dataset\n", 0o644),
+        "data/train/part-0.bin": (p_big1, 0o644),
+        "data/train/labels.csv": (b"id,label\n1,cat\n", 0o644),
+        "data/test/deep/er/file.txt": (b"deep\n", 0o644),
+        "data/small.bin": (p_small, 0o644),
+        "empty.txt": (b"", 0o644),
+        "tools/run.sh": (b"#!/bin/sh\necho hi\n", 0o755),
+        "fake.ptr": (fake, 0o644),
+        "plain.bin": (plain_big, 0o644),
+    }
+    for rel, (data, mode) in tree1.items():
+        write(repo, rel, data, mode)
+    os.symlink("data/train/part-0.bin", repo / "latest")
+    git(repo, "add", "-A")
+    gitlink = "1234567890abcdef1234567890abcdef12345678"
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{gitlink},vendor/sub")
+    git(repo, "commit", "-q", "-m", "one", when=T1)
+    c1 = git(repo, "rev-parse", "HEAD").strip()
+
+    write(repo, "data/train/part-0.bin", p_big2)
+    write(repo, "README.md", b"# dataset v2\n")
+    (repo / "data/train/labels.csv").unlink()
+    write(repo, "new.txt", b"new\n")
+    git(repo, "add", "-A", "data", "README.md", "new.txt")  # not "vendor": no checkout there
+    git(repo, "commit", "-q", "-m", "two", when=T2)
+    c2 = git(repo, "rev-parse", "HEAD").strip()
+
+    files1 = {k: v[0] for k, v in tree1.items()}
+    files1["data/train/part-0.bin"] = big1
+    files1["data/small.bin"] = small
+    files2 = dict(files1)
+    del files2["data/train/labels.csv"]
+    files2.update({"data/train/part-0.bin": big2, "README.md": b"# dataset v2\n", "new.txt": b"new\n"})
+    yield World(repo, cas_root, c1, c2, files1, files2, {"data/train/part-0.bin", "data/small.bin"})
+
+
+@pytest.fixture
+def cas(world: World) -> Iterator[LocalCAS]:
+    store = LocalCAS(str(world.cas_root), durable=False)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def fs(world: World, cas: LocalCAS) -> Iterator[CommitFS]:
+    with CommitFS(str(world.repo), world.c2, cas) as f:
+        yield f
+
+
+def walk(fs: CommitFS) -> dict[bytes, Attrs]:
+    """Every path (relative, bytes) -> attrs, depth first."""
+    out: dict[bytes, Attrs] = {}
+    stack = [(b"", fs.root_ino)]
+    while stack:
+        prefix, ino = stack.pop()
+        for name, a in fs.readdir(ino):
+            path = prefix + name
+            out[path] = a
+            if a.kind is NodeKind.DIR:
+                stack.append((path + b"/", a.ino))
+    return out
+
+
+def read_all(fs: CommitFS, ino: int, step: int = 1 << 20) -> bytes:
+    parts, off = [], 0
+    while chunk := fs.read(ino, off, step):
+        parts.append(chunk)
+        off += len(chunk)
+    return b"".join(parts)
+
+
+# ---- shape ------------------------------------------------------------------------------
+
+
+def test_tree_shape_modes_and_sizes(fs: CommitFS, world: World) -> None:
+    tree = walk(fs)
+    files = {p.decode(): a for p, a in tree.items() if a.kind is NodeKind.FILE}
+    assert {p: a.size for p, a in files.items()} == {p: len(d) for p, d in world.files2.items()}
+    assert stat.S_IMODE(files["tools/run.sh"].mode) == 0o555
+    assert files["tools/run.sh"].mode & stat.S_IFMT(files["tools/run.sh"].mode) == stat.S_IFREG
+    assert stat.S_IMODE(files["README.md"].mode) == 0o444
+    dirs = {p for p, a in tree.items() if a.kind is NodeKind.DIR}
+    assert dirs == {b"data", b"data/train", b"data/test", b"data/test/deep", b"data/test/deep/er",
+                    b"tools", b"vendor", b"vendor/sub"}  # fmt: skip
+    for p in dirs:
+        assert tree[p].mode == stat.S_IFDIR | 0o555
+    assert fs.readdir(tree[b"vendor/sub"].ino) == []  # a submodule is an empty directory
+    assert tree[b"vendor/sub"].nlink == 2
+    assert tree[b"data"].nlink == 4  # train, test + . and ..
+    link = tree[b"latest"]
+    assert link.kind is NodeKind.SYMLINK and link.mode == stat.S_IFLNK | 0o777
+    assert link.size == len(b"data/train/part-0.bin")
+    assert fs.readlink(link.ino) == b"data/train/part-0.bin"
+    assert {a.mtime_ns for a in tree.values()} == {T2 * 10**9}
+    assert fs.getattr(ROOT_INO).mtime_ns == T2 * 10**9
+    assert len({a.ino for a in tree.values()} | {ROOT_INO}) == len(tree) + 1
+
+
+def test_readdir_sorted_by_bytes_without_dots(fs: CommitFS) -> None:
+    names = [n for n, _ in fs.readdir(ROOT_INO)]
+    assert names == sorted(names)
+    assert b"." not in names and b".." not in names
+    assert names == [b"README.md", b"data", b"empty.txt", b"fake.ptr", b"latest", b"new.txt",
+                     b"plain.bin", b"tools", b"vendor"]  # fmt: skip
+
+
+def test_lookup_dot_dotdot_parent_and_missing(fs: CommitFS) -> None:
+    data = fs.lookup(ROOT_INO, b"data")
+    train = fs.lookup(data.ino, b"train")
+    assert fs.lookup(train.ino, b".") == train
+    assert fs.lookup(train.ino, b"..") == data
+    assert fs.lookup(ROOT_INO, b"..").ino == ROOT_INO
+    assert fs.parent(train.ino) == data.ino
+    assert fs.parent(data.ino) == ROOT_INO
+    assert fs.parent(ROOT_INO) == ROOT_INO
+    with pytest.raises(FileNotFoundError):
+        fs.lookup(data.ino, b"nope")
+    readme = fs.lookup(ROOT_INO, b"README.md")
+    with pytest.raises(NotADirectoryError):
+        fs.lookup(readme.ino, b"x")
+    with pytest.raises(NotADirectoryError):
+        fs.readdir(readme.ino)
+    assert fs.getattr(train.ino) == train
+
+
+def test_errors_for_wrong_kinds_and_stale_inodes(fs: CommitFS) -> None:
+    data = fs.lookup(ROOT_INO, b"data")
+    readme = fs.lookup(ROOT_INO, b"README.md")
+    with pytest.raises(IsADirectoryError):
+        fs.read(data.ino, 0, 10)
+    with pytest.raises(OSError) as e:
+        fs.readlink(readme.ino)
+    assert e.value.errno == errno.EINVAL
+    link = fs.lookup(ROOT_INO, b"latest")
+    with pytest.raises(OSError) as e:
+        fs.read(link.ino, 0, 10)
+    assert e.value.errno == errno.EINVAL
+    for bad in (0, 12345, -1, 2**64):
+        with pytest.raises(FileNotFoundError):
+            fs.getattr(bad)
+        with pytest.raises(FileNotFoundError):
+            fs.parent(bad)
+
+
+def test_resolve_path(fs: CommitFS) -> None:
+    deep = fs.resolve_path(b"data/test/deep/er/file.txt")
+    assert deep.size == 5 and deep.kind is NodeKind.FILE
+    assert fs.resolve_path(b"/data//test/./deep/../deep/er/file.txt") == deep
+    assert fs.resolve_path(b"") == fs.getattr(ROOT_INO)
+    assert fs.resolve_path(b"latest").kind is NodeKind.SYMLINK  # not followed
+    with pytest.raises(FileNotFoundError):
+        fs.resolve_path(b"data/none")
+    with pytest.raises(NotADirectoryError):
+        fs.resolve_path(b"README.md/x")
+
+
+# ---- data -------------------------------------------------------------------------------
+
+
+def test_whole_files_equal_the_source(fs: CommitFS, world: World) -> None:
+    for path, data in world.files2.items():
+        a = fs.resolve_path(path.encode())
+        assert read_all(fs, a.ino, step=77_777) == data, path
+    assert fs.read(fs.resolve_path(b"empty.txt").ino, 0, 100) == b""
+
+
+def test_thousand_random_reads(fs: CommitFS, world: World) -> None:
+    rnd = random.Random(11)
+    paths = sorted(world.files2)
+    inos = {p: fs.resolve_path(p.encode()).ino for p in paths}
+    for _ in range(1000):
+        p = rnd.choice(paths)
+        data = world.files2[p]
+        off = rnd.randrange(len(data) + 10)
+        size = rnd.choice([0, 1, 100, 4096, 65536, 1 << 20, rnd.randrange(1, 300_000)])
+        assert fs.read(inos[p], off, size) == data[off : off + size], (p, off, size)
+
+
+def test_read_past_end_and_bad_arguments(fs: CommitFS, world: World) -> None:
+    a = fs.resolve_path(b"data/train/part-0.bin")
+    assert fs.read(a.ino, a.size, 10) == b""
+    assert fs.read(a.ino, a.size + 10**9, 10) == b""
+    assert fs.read(a.ino, a.size - 3, 10) == world.files2["data/train/part-0.bin"][-3:]
+    with pytest.raises(OSError) as e:
+        fs.read(a.ino, -1, 10)
+    assert e.value.errno == errno.EINVAL
+
+
+def test_fake_pointer_is_plain_and_warned_once(
+    world: World, cas: LocalCAS, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gitxet.vfs.model")
+    with CommitFS(str(world.repo), world.c2, cas) as fs:
+        a = fs.resolve_path(b"fake.ptr")
+        assert a.size == len(world.files2["fake.ptr"])
+        assert read_all(fs, a.ino) == world.files2["fake.ptr"]
+        fs.readdir(ROOT_INO)
+        fs.read(a.ino, 0, 5)
+    warnings = [r for r in caplog.records if "fake.ptr" in r.getMessage()]
+    assert len(warnings) == 1 and "not a valid pointer" in warnings[0].getMessage()
+
+
+def test_big_plain_blob_spooled_and_served(world: World, cas: LocalCAS) -> None:
+    # 1 MiB cache -> blobs over 128 KiB are spooled to a temporary file
+    with CommitFS(str(world.repo), world.c2, cas, blob_cache_bytes=1 << 20) as fs:
+        a = fs.resolve_path(b"plain.bin")
+        data = world.files2["plain.bin"]
+        rnd = random.Random(3)
+        for _ in range(50):
+            off = rnd.randrange(len(data))
+            assert fs.read(a.ino, off, 5000) == data[off : off + 5000]
+        assert read_all(fs, a.ino, 65536) == data
+
+
+def test_older_commit_and_subdir(world: World, cas: LocalCAS) -> None:
+    with CommitFS(str(world.repo), world.c1, cas) as old:
+        assert read_all(old, old.resolve_path(b"README.md").ino) == b"# dataset\n"
+        part = old.resolve_path(b"data/train/part-0.bin")
+        assert read_all(old, part.ino) == world.files1["data/train/part-0.bin"]
+        assert old.resolve_path(b"data/train/labels.csv").size == 15
+        with pytest.raises(FileNotFoundError):
+            old.resolve_path(b"new.txt")
+        assert old.getattr(ROOT_INO).mtime_ns == T1 * 10**9
+    with CommitFS(str(world.repo), world.c1.encode(), cas, subdir=b"data/train") as sub:
+        assert [n for n, _ in sub.readdir(ROOT_INO)] == [b"labels.csv", b"part-0.bin"]
+        assert sub.lookup(ROOT_INO, b"..").ino == ROOT_INO
+        part2 = sub.lookup(ROOT_INO, b"part-0.bin")
+        assert part2.size == len(world.files1["data/train/part-0.bin"])
+        assert sub.read(part2.ino, 100, 50) == world.files1["data/train/part-0.bin"][100:150]
+        with CommitFS(str(world.repo), world.c1, cas) as whole:
+            # numbers come from the path in the repository, whatever the served root
+            assert whole.resolve_path(b"data/train/part-0.bin").ino == part2.ino
+
+
+def test_bad_subdir_commit_and_repo(world: World, cas: LocalCAS, tmp_path: Path) -> None:
+    repo = str(world.repo)
+    with pytest.raises(FileNotFoundError, match="data/nope"):
+        CommitFS(repo, world.c2, cas, subdir=b"data/nope")
+    with pytest.raises(NotADirectoryError, match="README.md"):
+        CommitFS(repo, world.c2, cas, subdir=b"README.md")
+    with pytest.raises(ValueError):
+        CommitFS(repo, world.c2, cas, subdir=b"data/../data")
+    with pytest.raises(ValueError):
+        CommitFS(repo, "HEAD", cas)
+    with pytest.raises(GitObjectNotFoundError):
+        CommitFS(repo, "0" * 40, cas)
+    tree = git(world.repo, "rev-parse", f"{world.c2}^{{tree}}").strip()
+    with pytest.raises(GitError, match="not a commit"):
+        CommitFS(repo, tree, cas)
+    with pytest.raises(GitError, match="not a git repository"):
+        CommitFS(str(tmp_path), world.c2, cas)
+    with CommitFS(repo, world.c2, cas, subdir=b"vendor/sub") as empty:  # a submodule root
+        assert empty.readdir(ROOT_INO) == []
+
+
+def test_annotated_tag_is_peeled(world: World, cas: LocalCAS, tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--no-local", str(world.repo), str(clone))
+    git(clone, "tag", "-a", "-m", "v1", "v1", world.c1)
+    tag = git(clone, "rev-parse", "v1").strip()
+    assert tag != world.c1
+    with CommitFS(str(clone), tag, cas) as fs:
+        assert fs.resolve_path(b"data/train/labels.csv").size == 15
+
+
+# ---- inode numbers ----------------------------------------------------------------------
+
+
+def test_inodes_stable_per_commit_and_differ_across(world: World, cas: LocalCAS) -> None:
+    with (
+        CommitFS(str(world.repo), world.c2, cas) as a,
+        CommitFS(str(world.repo), world.c2, cas) as b,
+        CommitFS(str(world.repo), world.c1, cas) as old,
+    ):
+        ta, tb, told = walk(a), walk(b), walk(old)
+        assert {p: x.ino for p, x in ta.items()} == {p: x.ino for p, x in tb.items()}
+        assert ta[b"README.md"].ino != told[b"README.md"].ino
+        assert ta[b"data/train/part-0.bin"].ino != told[b"data/train/part-0.bin"].ino
+        assert all(1 < x.ino < 2**63 for x in ta.values())
+
+
+def test_unknown_inode_of_same_commit_is_found_by_a_fresh_instance(
+    world: World, cas: LocalCAS
+) -> None:
+    with CommitFS(str(world.repo), world.c2, cas) as first:
+        deep = first.resolve_path(b"data/test/deep/er/file.txt")
+        er = first.resolve_path(b"data/test/deep/er")
+    with CommitFS(str(world.repo), world.c2, cas) as restarted:  # like a restarted server
+        assert restarted.getattr(deep.ino) == deep
+        assert restarted.parent(deep.ino) == er.ino
+        assert restarted.read(deep.ino, 0, 100) == b"deep\n"
+        with pytest.raises(FileNotFoundError):
+            restarted.getattr(deep.ino ^ 1)
+    with CommitFS(str(world.repo), world.c1, cas) as other:
+        with pytest.raises(FileNotFoundError):  # another commit's number is stale here
+            other.getattr(deep.ino)
+
+
+def test_inode_collisions_are_probed(
+    world: World, cas: LocalCAS, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(model, "inode_number", lambda commit, path: 42)
+    with CommitFS(str(world.repo), world.c2, cas) as fs:
+        tree = walk(fs)
+        inos = [a.ino for a in tree.values()]
+        assert len(set(inos)) == len(inos) and min(inos) == 42
+        for path, a in tree.items():
+            assert fs.resolve_path(path) == a
+            assert fs.getattr(a.ino) == a
+        assert read_all(fs, tree[b"README.md"].ino) == world.files2["README.md"]
+    assert "collides" in caplog.text
+
+
+# ---- statfs -----------------------------------------------------------------------------
+
+
+def test_statfs_counts_reported_sizes(fs: CommitFS, world: World) -> None:
+    st = fs.statfs()
+    tree = walk(fs)
+    assert st.total_bytes == sum(a.size for a in tree.values() if a.kind is not NodeKind.DIR)
+    assert st.files == len(tree) + 1  # every node and the root
+    assert fs.statfs() is st
+
+
+def test_statfs_of_a_subdir(world: World, cas: LocalCAS) -> None:
+    with CommitFS(str(world.repo), world.c1, cas, subdir=b"data") as fs:
+        st = fs.statfs()
+        expected = sum(len(d) for p, d in world.files1.items() if p.startswith("data/"))
+        assert st.total_bytes == expected
+        assert st.files == len(walk(fs)) + 1
+
+
+# ---- failures ---------------------------------------------------------------------------
+
+
+def corrupt_copy(world: World, tmp_path: Path) -> Path:
+    dst = tmp_path / "cas"
+    shutil.copytree(world.cas_root, dst)
+    return dst
+
+
+def test_corrupt_store_gives_eio_not_wrong_bytes(
+    world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = corrupt_copy(world, tmp_path)
+    for xorb in (root / "xorbs").rglob("*"):
+        if xorb.is_file():
+            raw = bytearray(xorb.read_bytes())
+            for i in range(200, len(raw) // 2, 4099):  # damage chunk data, not the footer
+                raw[i] ^= 0xFF
+            xorb.write_bytes(bytes(raw))
+    store = LocalCAS(str(root), durable=False)
+    try:
+        with CommitFS(str(world.repo), world.c2, store) as fs:
+            part = fs.resolve_path(b"data/train/part-0.bin")
+            assert part.size == len(world.files2["data/train/part-0.bin"])  # metadata still fine
+            failures = 0
+            for off in range(0, part.size, 256 << 10):
+                try:
+                    got = fs.read(part.ino, off, 4096)
+                except OSError as exc:
+                    assert exc.errno == errno.EIO
+                    assert exc.__cause__ is not None
+                    failures += 1
+                else:
+                    assert got == world.files2["data/train/part-0.bin"][off : off + 4096]
+            assert failures > 0
+            # git-served files are untouched by the store's damage
+            assert fs.read(fs.resolve_path(b"README.md").ino, 0, 100) == b"# dataset v2\n"
+    finally:
+        store.close()
+    assert "data/train/part-0.bin" in caplog.text
+
+
+def test_missing_xorbs_give_eio(world: World, tmp_path: Path) -> None:
+    root = corrupt_copy(world, tmp_path)
+    shutil.rmtree(root / "xorbs")
+    (root / "xorbs").mkdir()
+    store = LocalCAS(str(root), durable=False)
+    try:
+        with CommitFS(str(world.repo), world.c2, store) as fs:
+            small = fs.resolve_path(b"data/small.bin")
+            for _ in range(2):  # a failed reader is not cached as a good one
+                with pytest.raises(OSError) as e:
+                    fs.read(small.ino, 0, 10)
+                assert e.value.errno == errno.EIO and "small.bin" in str(e.value)
+    finally:
+        store.close()
+
+
+def test_missing_tree_object_gives_eio(world: World, cas: LocalCAS, tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    shutil.copytree(world.repo, clone, symlinks=True)
+    tree = git(clone, "rev-parse", f"{world.c2}:data/test").strip()
+    (clone / ".git/objects" / tree[:2] / tree[2:]).unlink()
+    with CommitFS(str(clone), world.c2, cas) as fs:
+        data = fs.lookup(ROOT_INO, b"data")
+        with pytest.raises(OSError) as e:
+            fs.readdir(data.ino)  # listing data/ needs data/test's tree for its nlink
+        assert e.value.errno == errno.EIO
+        assert fs.read(fs.resolve_path(b"README.md").ino, 0, 9) == b"# dataset"
+
+
+def test_malformed_tree_names_are_refused() -> None:
+    sha = bytes(20)
+    good = b"100644 a\0" + sha
+    assert model.parse_tree(good, 20, "t") == [model._Entry(b"a", 0o100644, sha)]
+    for bad in (
+        b"100644 ..\0" + sha,
+        b"100644 a/b\0" + sha,
+        b"100644 \0" + sha,
+        b"100644 a\0" + sha[:5],
+        b"10x644 a\0" + sha,
+        b"100000 a\0" + sha,
+        good + good,
+        b"100644a" + sha,
+    ):
+        with pytest.raises(model.FormatError):
+            model.parse_tree(bad, 20, "t")
+
+
+# ---- object sizes from headers ----------------------------------------------------------
+
+
+def blob_sizes(repo: Path) -> dict[str, int]:
+    out = git(repo, "cat-file", "--batch-all-objects", "--batch-check")
+    return {sha: int(size) for sha, kind, size in (line.split() for line in out.splitlines())
+            if kind == "blob"}  # fmt: skip
+
+
+def test_loose_object_sizes(world: World) -> None:
+    sizes = blob_sizes(world.repo)
+    assert sizes
+    for sha, size in sizes.items():
+        assert loose_size(str(world.repo / ".git/objects" / sha[:2] / sha[2:])) == size
+
+
+@pytest.mark.parametrize("ofs_delta", [True, False])
+def test_packed_sizes_with_deltas(tmp_path: Path, ofs_delta: bool) -> None:
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    rnd = random.Random(9)
+    data = bytearray(rnd.randbytes(200_000))
+    for i in range(4):  # similar versions: the packer stores deltas
+        data[i * 1000 : i * 1000 + 10] = rnd.randbytes(10)
+        data += rnd.randbytes(3000)
+        write(repo, "big.bin", bytes(data))
+        write(repo, "small.txt", f"version {i}\n".encode() * 50)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", str(i))
+    flag = "true" if ofs_delta else "false"
+    git(repo, "-c", f"repack.useDeltaBaseOffset={flag}", "repack", "-adfq", "--window=50")
+    packs = list((repo / ".git/objects/pack").glob("*.pack"))
+    assert len(packs) == 1
+    verify = git(repo, "verify-pack", "-v", str(packs[0].with_suffix(".idx")))
+    offsets = {}
+    deltas = 0
+    for line in verify.splitlines():
+        f = line.split()
+        if len(f) >= 5 and len(f[0]) == 40 and f[1] == "blob":
+            offsets[f[0]] = int(f[4])
+            deltas += len(f) == 7  # delta entries add depth and base columns
+    assert deltas > 0  # the test means nothing without delta entries
+    sizes = blob_sizes(repo)
+    assert set(offsets) == set(sizes)
+    for sha, size in sizes.items():
+        assert packed_size(str(packs[0]), offsets[sha], 20) == size
+
+
+def test_bare_packed_repository(world: World, cas: LocalCAS, tmp_path: Path) -> None:
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "clone", "-q", "--bare", "--no-local", str(world.repo), str(bare))
+    assert not list((bare / "objects").glob("[0-9a-f][0-9a-f]"))  # everything is packed
+    with CommitFS(str(bare), world.c2, cas) as fs, CommitFS(str(world.repo), world.c2, cas) as ref:
+        assert walk(fs) == walk(ref)
+        for path, data in world.files2.items():
+            assert read_all(fs, fs.resolve_path(path.encode()).ino) == data
+
+
+# ---- concurrency ------------------------------------------------------------------------
+
+
+def test_eight_threads(world: World, cas: LocalCAS) -> None:
+    errors: list[BaseException] = []
+    paths = sorted(world.files2)
+    with CommitFS(str(world.repo), world.c2, cas, readers=2, blob_cache_bytes=1 << 20) as fs:
+        start = threading.Barrier(8)
+
+        def work(seed: int) -> None:
+            rnd = random.Random(seed)
+            try:
+                start.wait()
+                for _ in range(60):
+                    p = rnd.choice(paths)
+                    a = fs.resolve_path(p.encode())
+                    data = world.files2[p]
+                    off = rnd.randrange(len(data) + 1)
+                    assert fs.read(a.ino, off, 70_000) == data[off : off + 70_000]
+                    if rnd.random() < 0.2:
+                        fs.readdir(fs.parent(a.ino))
+                if seed == 0:
+                    fs.statfs()
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors[0]
+
+
+def test_a_slow_fetch_does_not_block_other_files(world: World, cas: LocalCAS) -> None:
+    gate, waiting = threading.Event(), threading.Event()
+
+    class SlowSource:
+        def file_info(self, file_hash: bytes):  # type: ignore[no-untyped-def]
+            return cas.file_info(file_hash)
+
+        def layout(self, xorb_hash: bytes):  # type: ignore[no-untyped-def]
+            return cas.layout(xorb_hash)
+
+        def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
+            waiting.set()
+            gate.wait(30)
+            return cas.read_chunks(xorb_hash, start, end)
+
+    with CommitFS(str(world.repo), world.c2, SlowSource()) as fs:
+        big = fs.resolve_path(b"data/train/part-0.bin")
+        out: list[bytes] = []
+        t = threading.Thread(target=lambda: out.append(fs.read(big.ino, 0, 10)))
+        t.start()
+        try:
+            assert waiting.wait(30)
+            # metadata and git-served files answer while the fetch waits
+            assert fs.read(fs.resolve_path(b"README.md").ino, 0, 100) == b"# dataset v2\n"
+            assert len(fs.readdir(ROOT_INO)) == 9
+            assert fs.statfs().files > 0
+        finally:
+            gate.set()
+            t.join(30)
+        assert out == [world.files2["data/train/part-0.bin"][:10]]
