@@ -126,7 +126,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     files1["data/small.bin"] = small
     files2 = dict(files1)
     del files2["data/train/labels.csv"]
-    files2.update({"data/train/part-0.bin": big2, "README.md": b"# dataset v2\n", "new.txt": b"new\n"})
+    files2.update(
+        {"data/train/part-0.bin": big2, "README.md": b"# dataset v2\n", "new.txt": b"new\n"}
+    )
     yield World(repo, cas_root, c1, c2, files1, files2, {"data/train/part-0.bin", "data/small.bin"})
 
 
@@ -330,9 +332,9 @@ def test_older_commit_and_subdir(world: World, cas: LocalCAS) -> None:
 
 def test_bad_subdir_commit_and_repo(world: World, cas: LocalCAS, tmp_path: Path) -> None:
     repo = str(world.repo)
-    with pytest.raises(FileNotFoundError, match="data/nope"):
+    with pytest.raises(FileNotFoundError, match=r"data/nope"):
         CommitFS(repo, world.c2, cas, subdir=b"data/nope")
-    with pytest.raises(NotADirectoryError, match="README.md"):
+    with pytest.raises(NotADirectoryError, match=r"README\.md"):
         CommitFS(repo, world.c2, cas, subdir=b"README.md")
     with pytest.raises(ValueError):
         CommitFS(repo, world.c2, cas, subdir=b"data/../data")
@@ -387,9 +389,9 @@ def test_unknown_inode_of_same_commit_is_found_by_a_fresh_instance(
         assert restarted.read(deep.ino, 0, 100) == b"deep\n"
         with pytest.raises(FileNotFoundError):
             restarted.getattr(deep.ino ^ 1)
-    with CommitFS(str(world.repo), world.c1, cas) as other:
-        with pytest.raises(FileNotFoundError):  # another commit's number is stale here
-            other.getattr(deep.ino)
+    # another commit's number is stale here
+    with CommitFS(str(world.repo), world.c1, cas) as other, pytest.raises(FileNotFoundError):
+        other.getattr(deep.ino)
 
 
 def test_inode_collisions_are_probed(
@@ -572,6 +574,8 @@ def test_bare_packed_repository(world: World, cas: LocalCAS, tmp_path: Path) -> 
         assert walk(fs) == walk(ref)
         for path, data in world.files2.items():
             assert read_all(fs, fs.resolve_path(path.encode()).ino) == data
+    with CommitFS(str(world.repo / ".git"), world.c2, cas) as gitdir:  # the .git directory
+        assert gitdir.resolve_path(b"new.txt").size == 4
 
 
 # ---- concurrency ------------------------------------------------------------------------
