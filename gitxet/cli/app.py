@@ -56,7 +56,7 @@ def main() -> None:
         app()
         return
     try:
-        rc = app(standalone_mode=False)
+        rc = app(standalone_mode=False, prog_name="git-xet")
         if isinstance(rc, int) and rc:
             raise SystemExit(rc)
     except SystemExit:

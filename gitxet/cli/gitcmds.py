@@ -100,7 +100,7 @@ def uninstall_cmd(
     local: Annotated[bool, typer.Option("--local")] = False,
     system: Annotated[bool, typer.Option("--system")] = False,
 ) -> None:
-    """Remove exactly what ``install`` wrote."""
+    """Remove exactly what install wrote."""
     from gitxet.git import config, hooks, process
 
     scope: ScopeOpt = "local" if local else "system" if system else "global"
@@ -252,7 +252,7 @@ def _git(args: list[str], cwd: str | None = None, env: dict[str, str] | None = N
 def add_cmd(
     paths: Annotated[list[str], typer.Argument(help="Files or directories to add.")],
 ) -> None:
-    """``git add`` through the filter, then a one-line dedup summary."""
+    """git add through the filter, then a one-line dedup summary."""
     from gitxet.git import process
 
     root = str(process.toplevel("."))
@@ -327,7 +327,7 @@ def push_cmd(
         list[str] | None, typer.Argument(help="What to push (default: current branch).")
     ] = None,
 ) -> None:
-    """Upload the data of the commits being pushed, then ``git push``."""
+    """Upload the data of the commits being pushed, then git push."""
     repo = _open_repo()
     name = remote or repo.default_remote()
     if name is None:
@@ -449,7 +449,7 @@ def pull_cmd(
     remote: Annotated[str | None, typer.Argument()] = None,
     branch: Annotated[str | None, typer.Argument()] = None,
 ) -> None:
-    """``git pull``, with the data of the new commits fetched in parallel first."""
+    """git pull, with the data of the new commits fetched in parallel first."""
     repo = _open_repo()
     name = remote or repo.default_remote() or "origin"
     _git(["fetch", name] + ([branch] if branch else []), cwd=repo.cwd)
