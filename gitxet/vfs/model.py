@@ -219,8 +219,12 @@ class _Handle:
 
     def __init__(self, path: str) -> None:
         self.repo = Repo(path)
-        self.store: Any = self.repo.object_store
-        self.packs: list[Any] = list(self.store.packs)
+        try:
+            self.store: Any = self.repo.object_store
+            self.packs: list[Any] = list(self.store.packs)
+        except BaseException:
+            self.repo.close()
+            raise
 
     def size(self, hexsha: bytes, sha_len: int) -> int:
         for attempt in range(2):
@@ -264,7 +268,7 @@ class _Git:
         self._closed = False
         try:
             first = _Handle(path)
-        except NotGitRepository:
+        except (NotGitRepository, FileNotFoundError, NotADirectoryError):
             raise GitError(f"{path}: not a git repository") from None
         self._idle = [first]
         self._count = 1
@@ -272,7 +276,7 @@ class _Git:
     @contextmanager
     def _handle(self) -> Iterator[_Handle]:
         with self._cond:
-            while not self._idle and self._count >= _GIT_HANDLES:
+            while not self._closed and not self._idle and self._count >= _GIT_HANDLES:
                 self._cond.wait()
             if self._closed:
                 raise GitError("the repository was closed")
@@ -410,6 +414,7 @@ class _BlobCache:
         self._mem_bytes = 0
         self._spools: OrderedDict[bytes, _Spool] = OrderedDict()
         self._lock = threading.Lock()
+        self._closed = False
 
     def get(self, sha: bytes) -> bytes | _Spool | None:
         """Cached bytes, or an acquired spool (release it), or None."""
@@ -426,18 +431,20 @@ class _BlobCache:
 
     def put(self, sha: bytes, data: bytes) -> None:
         if len(data) > self.spool_over:
+            if self._closed:
+                return
             spool = _Spool(data)
             with self._lock:
                 old = self._spools.pop(sha, None)
                 self._spools[sha] = spool
-                evicted = (
-                    [self._spools.popitem(last=False)[1]] if len(self._spools) > _MAX_SPOOLS else []
-                )
-            for s in [*evicted, *([old] if old else [])]:
+                retired = [old] if old is not None else []
+                if len(self._spools) > _MAX_SPOOLS or self._closed:
+                    retired.append(self._spools.popitem(last=False)[1])
+            for s in retired:
                 s.retire()
             return
         with self._lock:
-            if sha in self._mem:
+            if sha in self._mem or self._closed:
                 return
             self._mem[sha] = data
             self._mem_bytes += len(data)
@@ -446,6 +453,7 @@ class _BlobCache:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             spools = list(self._spools.values())
             self._spools.clear()
             self._mem.clear()
