@@ -157,7 +157,9 @@ class XetFuseOperations(pyfuse3.Operations):
         """
         try:
             result: T = await trio.to_thread.run_sync(
-                functools.partial(fn, *args), limiter=limiter, **{_ABANDON_KW: True}
+                functools.partial(fn, *args),
+                limiter=limiter,
+                **{_ABANDON_KW: True},  # type: ignore[arg-type]  # keyword differs by trio version
             )
         except Exception as exc:
             raise self._fail(what, exc) from None
@@ -171,7 +173,11 @@ class XetFuseOperations(pyfuse3.Operations):
         parent = self._swap(parent_inode)
         try:
             attrs = await trio.to_thread.run_sync(
-                self.fs.lookup, parent, name, limiter=self._meta_limiter, **{_ABANDON_KW: True}
+                self.fs.lookup,
+                parent,
+                name,
+                limiter=self._meta_limiter,
+                **{_ABANDON_KW: True},  # type: ignore[arg-type]  # keyword differs by trio version
             )
         except FileNotFoundError:
             # A negative entry (inode 0) lets the kernel cache "no such name" as long as a
