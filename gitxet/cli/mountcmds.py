@@ -71,12 +71,18 @@ def mount_cmd(
     ds, sha, fs = _open_fs(repo, commit, subdir)
     typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
     if nfs:
-        _mount_nfs(fs, sha, mnt)
+        try:
+            _mount_nfs(fs, sha, mnt)
+        finally:
+            fs.close()
         return
     if foreground:
         from gitxet.mount.fuse import serve
 
-        serve(fs, mnt, fsname=f"gitxet:{sha[:12]}", allow_other=allow_other)
+        try:
+            serve(fs, mnt, fsname=f"gitxet:{sha[:12]}", allow_other=allow_other)
+        finally:
+            fs.close()
         return
     from gitxet.mount.runner import MountRecord, start_background
 
@@ -157,6 +163,7 @@ def nfs_serve_cmd(
         _wait_for_signal()
     finally:
         server.stop()
+        fs.close()
 
 
 def unmount_cmd(
