@@ -1,0 +1,254 @@
+"""git's smart HTTP protocol, served by running ``git http-backend`` as a CGI program.
+
+Why ``git http-backend`` and not dulwich's server: it is git's own reference
+implementation, so clone, fetch, push, protocol v2, shallow and partial clones, gzip'd
+request bodies and server-side hooks behave exactly as with any git host, and it runs in
+its own process (no GIL contention with the CAS routes, a crash cannot take the server
+down). The cost is one short-lived process per request, a few milliseconds.
+
+This module only translates between ASGI and CGI: the app has already authenticated the
+caller and validated the repository name. Request bodies are streamed into the CGI's stdin
+while its stdout is streamed back, so a large push never sits in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+from gitxet.errors import GitError
+
+__all__ = ["SERVICES", "CgiResponse", "GitHttpBackend"]
+
+log = logging.getLogger("gitxet.server.git")
+
+#: Path suffixes (after ``<name>.git``) that git's smart protocol uses.
+SERVICES = ("/info/refs", "/git-upload-pack", "/git-receive-pack")
+_READ_CHUNK = 256 * 1024
+
+
+class BodyTooLargeError(GitError):
+    """A request body over the configured limit."""
+
+
+@dataclass
+class CgiResponse:
+    """Status, headers and the rest of the CGI output as a byte stream."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: AsyncIterator[bytes]
+
+
+class GitHttpBackend:
+    """Runs ``git http-backend`` for repositories under ``repos_root``."""
+
+    def __init__(
+        self,
+        repos_root: str,
+        *,
+        git: str | None = None,
+        env: Mapping[str, str] | None = None,
+        max_body: int = 2 << 30,
+    ) -> None:
+        self.repos_root = os.path.abspath(repos_root)
+        self.git = git or shutil.which("git") or "git"
+        self.max_body = max_body
+        # A hermetic environment: no host git config, receive-pack enabled (the app checks
+        # write access before a push ever reaches git).
+        self.env = {
+            "PATH": os.defpath,
+            "HOME": self.repos_root,
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "GIT_PROJECT_ROOT": self.repos_root,
+            "GIT_CONFIG_COUNT": "2",
+            "GIT_CONFIG_KEY_0": "http.receivepack",
+            "GIT_CONFIG_VALUE_0": "true",
+            "GIT_CONFIG_KEY_1": "safe.directory",
+            "GIT_CONFIG_VALUE_1": "*",
+            **(env or {}),
+        }
+
+    def repo_path(self, name: str) -> str:
+        """Directory of repository ``name`` (validated by the caller)."""
+        return os.path.join(self.repos_root, f"{name}.git")
+
+    def exists(self, name: str) -> bool:
+        """Whether repository ``name`` exists."""
+        return os.path.isfile(os.path.join(self.repo_path(name), "HEAD"))
+
+    async def _git(self, *args: str) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            self.git,
+            *args,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env=self.env,
+        )
+        _, err = await proc.communicate()
+        if proc.returncode != 0:
+            first = err.decode("utf-8", "replace").strip().splitlines()[:1]
+            raise GitError(f"git {args[0]} failed: {first[0] if first else proc.returncode}")
+
+    async def create(self, name: str, initial_branch: str = "main") -> bool:
+        """``git init --bare`` a repository; ``False`` if it already existed."""
+        if self.exists(name):
+            return False
+        os.makedirs(self.repos_root, exist_ok=True)
+        await self._git(
+            "init", "-q", "--bare", f"--initial-branch={initial_branch}", self.repo_path(name)
+        )
+        return True
+
+    async def _fix_unborn_head(self, name: str) -> None:
+        """After a first push of another branch, point HEAD at a branch that exists."""
+        path = self.repo_path(name)
+        try:
+            with open(os.path.join(path, "HEAD"), encoding="utf-8") as f:
+                head = f.read().strip()
+        except OSError:
+            return
+        if not head.startswith("ref: "):
+            return
+        ref = head[5:]
+        if os.path.exists(os.path.join(path, ref)) or _packed_has(path, ref):
+            return
+        heads_dir = os.path.join(path, "refs", "heads")
+        branches = sorted(os.listdir(heads_dir)) if os.path.isdir(heads_dir) else []
+        if branches:
+            with contextlib.suppress(GitError):
+                await self._git(
+                    "--git-dir", path, "symbolic-ref", "HEAD", f"refs/heads/{branches[0]}"
+                )
+
+    async def run(
+        self,
+        *,
+        name: str,
+        path_suffix: str,
+        method: str,
+        query: str,
+        headers: Mapping[str, str],
+        body: AsyncIterator[bytes],
+        remote_user: str,
+        remote_addr: str,
+    ) -> CgiResponse:
+        """Run one CGI request. ``headers`` are lower-cased request headers."""
+        env = dict(self.env)
+        env.update(
+            {
+                "GATEWAY_INTERFACE": "CGI/1.1",
+                "REQUEST_METHOD": method,
+                "PATH_INFO": f"/{name}.git{path_suffix}",
+                "QUERY_STRING": query,
+                "REMOTE_USER": remote_user,
+                "REMOTE_ADDR": remote_addr,
+                "SERVER_PROTOCOL": "HTTP/1.1",
+            }
+        )
+        if "content-type" in headers:
+            env["CONTENT_TYPE"] = headers["content-type"]
+        if "content-length" in headers:
+            env["CONTENT_LENGTH"] = headers["content-length"]
+        if "content-encoding" in headers:
+            env["HTTP_CONTENT_ENCODING"] = headers["content-encoding"]
+        if "git-protocol" in headers:
+            env["GIT_PROTOCOL"] = headers["git-protocol"]
+        proc = await asyncio.create_subprocess_exec(
+            self.git,
+            "http-backend",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        feeder = asyncio.create_task(self._feed(proc, body))
+        errors = asyncio.create_task(proc.stderr.read())
+        try:
+            raw = await proc.stdout.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            feeder.cancel()
+            err = (await errors).decode("utf-8", "replace").strip()
+            log.warning("git http-backend produced no headers: %s", err[:300])
+            raise GitError("git http-backend failed") from None
+        status, out_headers = _parse_cgi_headers(raw)
+        receive = path_suffix == "/git-receive-pack"
+
+        async def stream() -> AsyncIterator[bytes]:
+            try:
+                while True:
+                    part = await proc.stdout.read(_READ_CHUNK)  # type: ignore[union-attr]
+                    if not part:
+                        break
+                    yield part
+                await feeder
+                await proc.wait()
+                err = (await errors).decode("utf-8", "replace").strip()
+                if err:
+                    log.info("git http-backend: %s", err[:300])
+                if receive and proc.returncode == 0:
+                    await self._fix_unborn_head(name)
+            finally:
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+                    await proc.wait()
+                feeder.cancel()
+
+        return CgiResponse(status, out_headers, stream())
+
+    async def _feed(self, proc: asyncio.subprocess.Process, body: AsyncIterator[bytes]) -> None:
+        assert proc.stdin is not None
+        total = 0
+        try:
+            async for part in body:
+                total += len(part)
+                if total > self.max_body:
+                    raise BodyTooLargeError(f"request body over {self.max_body} bytes")
+                proc.stdin.write(part)
+                await proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # git stopped reading (e.g. it answered an error); its output says why
+        except BodyTooLargeError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            raise
+        finally:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                proc.stdin.close()
+
+
+def _packed_has(path: str, ref: str) -> bool:
+    try:
+        with open(os.path.join(path, "packed-refs"), encoding="utf-8") as f:
+            return any(line.rstrip("\n").endswith(" " + ref) for line in f)
+    except OSError:
+        return False
+
+
+def _parse_cgi_headers(raw: bytes) -> tuple[int, list[tuple[str, str]]]:
+    status = 200
+    headers: list[tuple[str, str]] = []
+    for line in raw.decode("latin-1").split("\r\n"):
+        if not line:
+            continue
+        name, _, value = line.partition(":")
+        value = value.strip()
+        if name.lower() == "status":
+            code = value.split(" ", 1)[0]
+            status = int(code) if code.isdigit() else 500
+        else:
+            headers.append((name.strip(), value))
+    return status, headers

@@ -1,0 +1,294 @@
+"""The server's in-memory index over the shards and xorbs in a backend; rebuildable.
+
+It answers three questions quickly: which stored shard describes a file, which xorb holds a
+global-dedup-eligible chunk, and where each chunk of a xorb sits (its layout, read from the
+xorb's footer). All of it is derived from the backend, so a process may start empty, and
+several processes on one bucket stay consistent without talking to each other:
+
+* on a miss (a file or chunk another replica registered), :meth:`CasIndex.refresh` lists the
+  bucket's shards and indexes the new ones, at most once per ``refresh_interval`` seconds;
+* xorb existence and layouts are read from the backend directly and cached forever, since
+  stored objects never change.
+
+Only *eligible* chunks are indexed for dedup (hash ``% 1024 == 0``, or the first chunk of a
+file), because those are the only ones clients ask about; that keeps the index ~1000x
+smaller than a full chunk map.
+"""
+
+from __future__ import annotations
+
+import mmap
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Generic, TypeVar
+
+from gitxet.errors import FormatError, IntegrityError, XorbNotFoundError
+from gitxet.formats import shard as shardfmt
+from gitxet.formats import xorb as xorbfmt
+from gitxet.hashing import from_hex, is_hex, last_word, merkle_root, to_hex
+from gitxet.server.backends import Backend, ObjectMissingError
+from gitxet.store.cas import XorbLayout
+
+__all__ = ["CasIndex", "shard_key", "xorb_key"]
+
+XORB_PREFIX = "xorbs/default/"
+SHARD_PREFIX = "shards/"
+_FOOTER_PROBE = 16 * 1024
+
+
+def xorb_key(xorb_hash: bytes) -> str:
+    """Backend key of a xorb."""
+    return XORB_PREFIX + to_hex(xorb_hash)
+
+
+def shard_key(name: str) -> str:
+    """Backend key of a shard named by the Xet hex of its content hash."""
+    return f"{SHARD_PREFIX}{name}.shard"
+
+
+def _eligible(h: bytes) -> bool:
+    return last_word(h) % 1024 == 0
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _LRU(Generic[K, V]):
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.items: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, k: K) -> V | None:
+        v = self.items.get(k)
+        if v is not None:
+            self.items.move_to_end(k)
+        return v
+
+    def put(self, k: K, v: V) -> None:
+        self.items[k] = v
+        self.items.move_to_end(k)
+        while len(self.items) > self.limit:
+            self.items.popitem(last=False)
+
+
+class CasIndex:
+    """File, dedup and layout lookups over a :class:`Backend`. Thread-safe."""
+
+    def __init__(
+        self, backend: Backend, *, refresh_interval: float = 1.0, cache_shards: int = 256
+    ) -> None:
+        self.backend = backend
+        self.refresh_interval = refresh_interval
+        self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
+        self._files: dict[bytes, str] = {}
+        self._chunks: dict[bytes, bytes] = {}
+        self._shards: set[str] = set()
+        self._xorbs: set[bytes] = set()
+        self._layouts: _LRU[bytes, XorbLayout] = _LRU(8192)
+        self._shard_cache: _LRU[str, shardfmt.Shard] = _LRU(cache_shards)
+        self._last_refresh = float("-inf")
+
+    # ---- shards ---------------------------------------------------------------------------
+
+    def register(self, name: str, shard: shardfmt.Shard) -> None:
+        """Index a shard stored under :func:`shard_key` ``(name)``."""
+        cas = {x.xorb_hash: x for x in shard.xorbs}
+        chunks: dict[bytes, bytes] = {}
+        for x in shard.xorbs:
+            for c in x.chunks:
+                if _eligible(c.hash):
+                    chunks.setdefault(c.hash, x.xorb_hash)
+        for f in shard.files:
+            if f.terms:
+                t = f.terms[0]
+                first = cas.get(t.xorb_hash)
+                if first is not None and t.chunk_start < len(first.chunks):
+                    chunks.setdefault(first.chunks[t.chunk_start].hash, t.xorb_hash)
+        with self._lock:
+            for f in shard.files:
+                self._files.setdefault(f.file_hash, name)
+            for h, xh in chunks.items():
+                self._chunks.setdefault(h, xh)
+            self._xorbs.update(cas)
+            self._shards.add(name)
+            self._shard_cache.put(name, shard)
+
+    def has_shard(self, name: str) -> bool:
+        """Whether this process has indexed the shard."""
+        with self._lock:
+            return name in self._shards
+
+    def load_shard(self, name: str) -> shardfmt.Shard:
+        """A stored shard, parsed (cached).
+
+        Raises:
+            ObjectMissingError: no such shard.
+            IntegrityError: the stored bytes no longer parse.
+        """
+        with self._lock:
+            s = self._shard_cache.get(name)
+        if s is not None:
+            return s
+        data = self.backend.get(shard_key(name))
+        try:
+            s = shardfmt.parse_shard(data)
+        except FormatError as e:
+            raise IntegrityError("shard", name, f"stored shard is damaged ({e})") from None
+        with self._lock:
+            self._shard_cache.put(name, s)
+        return s
+
+    def refresh(self, *, force: bool = False) -> int:
+        """Index shards other processes stored since the last refresh; returns how many.
+
+        Without ``force`` this does nothing if the last refresh was less than
+        ``refresh_interval`` seconds ago, so a burst of misses costs one listing.
+        """
+        with self._refresh_lock:
+            now = time.monotonic()
+            if not force and now - self._last_refresh < self.refresh_interval:
+                return 0
+            self._last_refresh = now
+            new = 0
+            for key in self.backend.list(SHARD_PREFIX):
+                name = key[len(SHARD_PREFIX) :].removesuffix(".shard")
+                if not is_hex(name) or self.has_shard(name):
+                    continue
+                try:
+                    self.register(name, self.load_shard(name))
+                    new += 1
+                except (ObjectMissingError, IntegrityError):
+                    continue  # deleted under us, or damaged: skip rather than fail startup
+            return new
+
+    def rebuild(self) -> int:
+        """Forget everything and index every shard in the backend."""
+        with self._lock:
+            self._files.clear()
+            self._chunks.clear()
+            self._shards.clear()
+        return self.refresh(force=True)
+
+    # ---- lookups ----------------------------------------------------------------------------
+
+    def file_info(self, file_hash: bytes) -> shardfmt.FileInfo | None:
+        """The stored reconstruction of a file, looking in the backend on a miss."""
+        for attempt in range(2):
+            with self._lock:
+                name = self._files.get(file_hash)
+            if name is not None:
+                for f in self.load_shard(name).files:
+                    if f.file_hash == file_hash:
+                        return f
+                return None
+            if attempt == 0 and not self.refresh():
+                return None
+        return None
+
+    def xorb_for_chunk(self, chunk_hash: bytes) -> bytes | None:
+        """A xorb that holds an eligible chunk, looking in the backend on a miss."""
+        for attempt in range(2):
+            with self._lock:
+                xh = self._chunks.get(chunk_hash)
+            if xh is not None:
+                return xh
+            if attempt == 0 and not self.refresh():
+                return None
+        return None
+
+    def files(self) -> Iterable[bytes]:
+        """Every indexed file hash (a snapshot)."""
+        with self._lock:
+            return list(self._files)
+
+    # ---- xorbs ------------------------------------------------------------------------------
+
+    def has_xorb(self, xorb_hash: bytes) -> bool:
+        """Whether the backend holds the xorb (positive answers are cached)."""
+        with self._lock:
+            if xorb_hash in self._xorbs:
+                return True
+        if self.backend.exists(xorb_key(xorb_hash)):
+            self.add_xorb(xorb_hash)
+            return True
+        return False
+
+    def add_xorb(self, xorb_hash: bytes, layout: XorbLayout | None = None) -> None:
+        """Note a xorb as stored (and its layout, when the caller just computed it)."""
+        with self._lock:
+            self._xorbs.add(xorb_hash)
+            if layout is not None:
+                self._layouts.put(xorb_hash, layout)
+
+    def layout(self, xorb_hash: bytes) -> XorbLayout:
+        """Where each chunk of a stored xorb is, read from its footer and verified.
+
+        Raises:
+            XorbNotFoundError: not stored.
+            IntegrityError: the stored footer is missing, damaged or names other chunks.
+        """
+        with self._lock:
+            lay = self._layouts.get(xorb_hash)
+        if lay is not None:
+            return lay
+        hx = to_hex(xorb_hash)
+        key = xorb_key(xorb_hash)
+        try:
+            tail, size = self.backend.get_tail(key, _FOOTER_PROBE)
+            if len(tail) >= 4:
+                need = int.from_bytes(tail[-4:], "little") + 4
+                if len(tail) < need <= size:
+                    tail, size = self.backend.get_tail(key, need)
+        except ObjectMissingError:
+            raise XorbNotFoundError(hx) from None
+        footer = _footer_from_tail(tail, size, hx)
+        sizes = [
+            b - a
+            for a, b in zip((0, *footer.uncompressed_ends), footer.uncompressed_ends, strict=False)
+        ]
+        if (
+            footer.xorb_hash != xorb_hash
+            or merkle_root(list(zip(footer.chunk_hashes, sizes, strict=True))) != xorb_hash
+        ):
+            raise IntegrityError("xorb", hx, "stored chunk index does not match the xorb hash")
+        lay = XorbLayout(
+            xorb_hash,
+            tuple(footer.chunk_hashes),
+            (0, *footer.byte_ends),
+            (0, *footer.uncompressed_ends),
+        )
+        self.add_xorb(xorb_hash, lay)
+        return lay
+
+
+def _footer_from_tail(tail: bytes, size: int, hx: str) -> xorbfmt.XorbFooter:
+    """Parse a xorb footer given only the object's last bytes and its total size.
+
+    ``parse_footer`` checks the footer against the body length, so it is handed an
+    anonymous mapping of the object's full size (zero pages cost nothing until touched)
+    with the tail copied to its end.
+    """
+    if size < len(tail) or size == 0:
+        raise IntegrityError("xorb", hx, "stored object is empty or shorter than its tail")
+    m = mmap.mmap(-1, size)
+    try:
+        m[size - len(tail) :] = tail
+        with memoryview(m) as mv:
+            try:
+                footer = xorbfmt.parse_footer(mv)
+            except FormatError as e:
+                raise IntegrityError("xorb", hx, f"damaged footer ({e.reason})") from None
+    finally:
+        m.close()
+    if footer is None:
+        raise IntegrityError("xorb", hx, "stored without its chunk index footer")
+    return footer
+
+
+def parse_hex(s: str) -> bytes | None:
+    """Raw hash of a Xet hex path segment, or ``None`` when malformed."""
+    return from_hex(s) if is_hex(s) else None

@@ -1,0 +1,178 @@
+"""Assemble the server from a :class:`ServerConfig` and run it on uvicorn.
+
+Layout of ``--root``::
+
+    repos/<name>.git     bare git repositories (served by ``git http-backend``)
+    tokens.json          token records (hashed), see ``gitxet.server.auth``
+    cas/                 CAS objects when no ``--storage`` URL is given
+    locks/
+
+:func:`serve` runs in the foreground and stops gracefully on SIGINT/SIGTERM: the socket
+stops accepting, in-flight requests get ``graceful_timeout`` seconds to finish.
+:class:`BackgroundServer` runs the same server in a thread (tests, embedding).
+uvicorn's own access log is off: ours (``gitxet.server.access``) leaves out query strings,
+which hold URL signatures. Logging is configured by the caller (the CLI).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import uvicorn
+
+from gitxet.errors import ConfigError
+from gitxet.server.app import AppState, create_app
+from gitxet.server.auth import TokenStore, valid_repo_name
+from gitxet.server.backends import Backend, open_backend
+from gitxet.server.githttp import GitHttpBackend
+from gitxet.server.index import CasIndex
+from gitxet.server.service import CasService
+from gitxet.server.signing import UrlSigner, load_or_create_key
+
+__all__ = ["BackgroundServer", "ServerConfig", "build_state", "create_repo", "serve"]
+
+#: Default CAS body limit: a full xorb (64 MiB plus headers) with room to spare.
+DEFAULT_MAX_BODY = 96 << 20
+
+
+@dataclass
+class ServerConfig:
+    """Everything ``git xet serve`` takes."""
+
+    root: str
+    host: str = "127.0.0.1"
+    port: int = 8080
+    storage: str | None = None
+    max_body: int = DEFAULT_MAX_BODY
+    max_git_body: int = 2 << 30
+    public_url: str | None = None
+    url_ttl: int = 3600
+    graceful_timeout: float = 30.0
+    git_env: Mapping[str, str] = field(default_factory=dict)
+
+
+def repos_dir(root: str) -> str:
+    """Where the bare repositories live."""
+    return os.path.join(os.path.abspath(root), "repos")
+
+
+def build_state(cfg: ServerConfig, backend: Backend | None = None) -> AppState:
+    """Open storage, index it, load the signing key and the token file."""
+    os.makedirs(cfg.root, exist_ok=True)
+    backend = backend or open_backend(cfg.storage, cfg.root)
+    index = CasIndex(backend)
+    index.refresh(force=True)
+    return AppState(
+        service=CasService(backend, index),
+        tokens=TokenStore(cfg.root),
+        signer=UrlSigner(load_or_create_key(backend), ttl=cfg.url_ttl),
+        git=GitHttpBackend(repos_dir(cfg.root), env=cfg.git_env, max_body=cfg.max_git_body),
+        max_body=cfg.max_body,
+        public_url=cfg.public_url.rstrip("/") if cfg.public_url else None,
+    )
+
+
+def create_repo(root: str, name: str) -> str:
+    """``git init --bare`` a repository under ``root``; returns its path.
+
+    Raises:
+        ConfigError: invalid name, or it already exists.
+    """
+    import asyncio
+
+    if not valid_repo_name(name):
+        raise ConfigError(f"invalid repository name {name!r} (letters, digits, '.', '_', '-')")
+    git = GitHttpBackend(repos_dir(root))
+    if not asyncio.run(git.create(name)):
+        raise ConfigError(f"repository {name} already exists")
+    return git.repo_path(name)
+
+
+def _uvicorn_config(cfg: ServerConfig, state: AppState) -> uvicorn.Config:
+    return uvicorn.Config(
+        create_app(state),
+        host=cfg.host,
+        port=cfg.port,
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=int(cfg.graceful_timeout),
+        timeout_keep_alive=30,
+        server_header=False,
+        proxy_headers=False,
+        lifespan="off",
+    )
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(cfg: ServerConfig, state: AppState | None = None) -> None:
+    """Run in the foreground until SIGINT/SIGTERM (graceful shutdown)."""
+    state = state or build_state(cfg)
+    sock = _bind(cfg.host, cfg.port)
+    server = uvicorn.Server(_uvicorn_config(cfg, state))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        state.service.backend.close()
+
+
+class BackgroundServer:
+    """The server on a background thread; ``port=0`` picks a free port. For tests."""
+
+    def __init__(self, cfg: ServerConfig, state: AppState | None = None) -> None:
+        self.state = state or build_state(cfg)
+        self.sock = _bind(cfg.host, cfg.port)
+        host, port = self.sock.getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        self.port = int(port)
+        self.server = uvicorn.Server(_uvicorn_config(cfg, self.state))
+        # A thread cannot install signal handlers; uvicorn skips them off the main thread.
+        self.thread = threading.Thread(
+            target=self.server.run,
+            kwargs={"sockets": [self.sock]},
+            daemon=True,
+            name="gitxet-serve",
+        )
+
+    def start(self, timeout: float = 10.0) -> BackgroundServer:
+        """Start and wait until it accepts connections."""
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask for a graceful stop and wait for it."""
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self.state.service.backend.close()
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
