@@ -1,0 +1,201 @@
+"""Server-side commands (``serve``, ``token``, ``repo create``) and the client's ``login``.
+
+Heavy imports (starlette, uvicorn, boto3, httpx) happen inside the commands so that the
+filter process and shell completion stay fast. Tokens are printed only by ``token create``
+(alone on stdout, for ``TOKEN=$(git xet token create ...)``) and never logged.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+TOKEN_ENV = "GITXET_TOKEN"
+KEYRING_SERVICE = "gitxet"
+
+RootOpt = Annotated[
+    str, typer.Option("--root", help="Server data directory (repos, tokens, local CAS).")
+]
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve``, ``token``, ``repo`` and ``login`` to the root app."""
+    app.command("serve")(serve_cmd)
+    app.command("login")(login_cmd)
+    token_app = typer.Typer(help="Manage the server's access tokens.", no_args_is_help=True)
+    token_app.command("create")(token_create_cmd)
+    token_app.command("list")(token_list_cmd)
+    token_app.command("revoke")(token_revoke_cmd)
+    app.add_typer(token_app, name="token")
+    repo_app = typer.Typer(help="Manage the server's git repositories.", no_args_is_help=True)
+    repo_app.command("create")(repo_create_cmd)
+    app.add_typer(repo_app, name="repo")
+
+
+def _size(text: str) -> int:
+    """``96M``, ``2G``, ``1048576`` -> bytes."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    mult = units.get(t[-1:], 1) if t else 1
+    num = t[:-1] if t[-1:] in units else t
+    if not num.isdigit():
+        raise typer.BadParameter(f"not a size: {text!r} (e.g. 96M, 2G)")
+    return int(num) * mult
+
+
+def serve_cmd(
+    root: RootOpt,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8080,
+    storage: Annotated[
+        str | None,
+        typer.Option(help="CAS storage: a directory, or s3://bucket/prefix[?endpoint_url=URL]."),
+    ] = None,
+    max_body: Annotated[
+        str, typer.Option("--max-body", help="Largest CAS upload body (xorb, shard).")
+    ] = "96M",
+    max_git_body: Annotated[
+        str, typer.Option("--max-git-body", help="Largest git push body.")
+    ] = "2G",
+    public_url: Annotated[
+        str | None,
+        typer.Option(help="Base URL clients reach this server at (behind a load balancer)."),
+    ] = None,
+    url_ttl: Annotated[int, typer.Option(help="Seconds a signed data URL stays valid.")] = 3600,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Serve git repositories and the Xet CAS API over HTTP (Ctrl-C stops gracefully)."""
+    import logging
+
+    from gitxet.server.run import ServerConfig, build_state, serve
+
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper(), logging.INFO),
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    cfg = ServerConfig(
+        root=root,
+        host=host,
+        port=port,
+        storage=storage,
+        max_body=_size(max_body),
+        max_git_body=_size(max_git_body),
+        public_url=public_url,
+        url_ttl=url_ttl,
+    )
+    state = build_state(cfg)
+    logging.getLogger("gitxet.server").info(
+        "serving %s on http://%s:%d (storage: %s)",
+        os.path.abspath(root),
+        host,
+        port,
+        state.service.backend.description,
+    )
+    serve(cfg, state)
+
+
+def token_create_cmd(
+    root: RootOpt,
+    scope: Annotated[str, typer.Option(help="read or write (write includes read).")] = "read",
+    repo: Annotated[str | None, typer.Option(help="Limit git access to this repository.")] = None,
+    label: Annotated[str, typer.Option(help="A note shown by 'token list'.")] = "",
+) -> None:
+    """Create a token and print it alone on stdout (it is shown only once)."""
+    from gitxet.server.auth import TokenStore
+
+    token, rec = TokenStore(root).create(scope, repo, label)
+    typer.echo(token)
+    typer.echo(f"created token {rec.id} ({rec.scope}, repo {rec.repo or '*'})", err=True)
+
+
+def token_list_cmd(root: RootOpt) -> None:
+    """List token ids, scopes and repositories (never the tokens)."""
+    import datetime
+
+    from gitxet.server.auth import TokenStore
+
+    for r in TokenStore(root).list():
+        when = datetime.datetime.fromtimestamp(r.created, datetime.UTC).strftime("%Y-%m-%d %H:%M")
+        typer.echo(f"{r.id}  {r.scope:<5}  {r.repo or '*':<20}  {when}  {r.label}".rstrip())
+
+
+def token_revoke_cmd(
+    root: RootOpt,
+    token_id: Annotated[str, typer.Argument(help="Token id as shown by 'token list'.")],
+) -> None:
+    """Revoke a token by id (running servers notice at once)."""
+    from gitxet.server.auth import TokenStore
+
+    if not TokenStore(root).revoke(token_id):
+        typer.echo(f"git-xet: no token with id {token_id}", err=True)
+        raise typer.Exit(4)
+    typer.echo(f"revoked {token_id}", err=True)
+
+
+def repo_create_cmd(
+    root: RootOpt,
+    name: Annotated[str, typer.Argument(help="Repository name (served as <name>.git).")],
+) -> None:
+    """Create an empty bare repository on the server."""
+    from gitxet.server.run import create_repo
+
+    path = create_repo(root, name)
+    typer.echo(path)
+
+
+def _keyring_key(url: str) -> str:
+    """The keyring entry for a server: scheme://host[:port], without credentials."""
+    from urllib.parse import urlsplit
+
+    s = urlsplit(url)
+    if s.scheme not in ("http", "https") or not s.hostname:
+        raise typer.BadParameter(f"not an http(s) URL: {url!r}")
+    host = s.hostname + (f":{s.port}" if s.port else "")
+    return f"{s.scheme}://{host}"
+
+
+def token_for(url: str) -> str | None:
+    """The token to use for ``url``: ``$GITXET_TOKEN``, else the one ``login`` stored."""
+    env = os.environ.get(TOKEN_ENV)
+    if env:
+        return env
+    import keyring
+    import keyring.errors
+
+    try:
+        return keyring.get_password(KEYRING_SERVICE, _keyring_key(url))
+    except keyring.errors.KeyringError:
+        return None
+
+
+def login_cmd(
+    url: Annotated[str, typer.Argument(help="A repository URL (http://host:port/name.git).")],
+    token_stdin: Annotated[
+        bool, typer.Option("--token-stdin", help="Read the token from stdin, not a prompt.")
+    ] = False,
+) -> None:
+    """Check a token against a server and store it in the system keyring."""
+    import keyring
+    import keyring.errors
+
+    from gitxet.remote.client import discover
+
+    key = _keyring_key(url)
+    if token_stdin:
+        token = sys.stdin.readline().strip()
+    else:
+        token = os.environ.get(TOKEN_ENV) or typer.prompt("Token", hide_input=True)
+    if not token:
+        raise typer.BadParameter("empty token")
+    found = discover(url, token=token)
+    try:
+        keyring.set_password(KEYRING_SERVICE, key, token)
+    except keyring.errors.KeyringError as e:
+        typer.echo(f"git-xet: cannot store the token in the keyring: {e}", err=True)
+        typer.echo(f"git-xet: set {TOKEN_ENV} instead", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"logged in to {key} (CAS at {found.cas_url})", err=True)
