@@ -66,6 +66,17 @@ def _say(msg: str) -> None:
 # ---- install / init / track ------------------------------------------------------------------
 
 
+def _repo_root_or_none() -> str | None:
+    """The work tree we are in, or None outside a repository (fine for global installs)."""
+    from gitxet.errors import GitError
+    from gitxet.git import process
+
+    try:
+        return str(process.toplevel("."))
+    except GitError:
+        return None
+
+
 def install_cmd(
     local: Annotated[bool, typer.Option("--local", help="Only this repository.")] = False,
     system: Annotated[
@@ -76,14 +87,10 @@ def install_cmd(
     ] = False,
 ) -> None:
     """Configure git's xet filter (global by default) and, in a repository, its hooks."""
-    from gitxet.git import config, hooks, process
+    from gitxet.git import config, hooks
 
     scope: ScopeOpt = "local" if local else "system" if system else "global"
-    repo = None
-    try:
-        repo = str(process.toplevel("."))
-    except Exception:
-        repo = None
+    repo = _repo_root_or_none()
     if scope == "local" and repo is None:
         raise typer.BadParameter("--local needs to run inside a git repository")
     program = _program()
@@ -101,14 +108,10 @@ def uninstall_cmd(
     system: Annotated[bool, typer.Option("--system")] = False,
 ) -> None:
     """Remove exactly what install wrote."""
-    from gitxet.git import config, hooks, process
+    from gitxet.git import config, hooks
 
     scope: ScopeOpt = "local" if local else "system" if system else "global"
-    repo = None
-    try:
-        repo = str(process.toplevel("."))
-    except Exception:
-        repo = None
+    repo = _repo_root_or_none()
     report = config.uninstall(scope, repo)
     _say(f"git-xet: removed {len(report.removed)} keys from the {scope} git config")
     if repo is not None:

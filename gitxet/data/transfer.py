@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from gitxet.errors import FileNotFoundInCASError, XorbNotFoundError
+from gitxet.errors import FileNotFoundInCASError
 from gitxet.formats import shard as shardfmt
 from gitxet.hashing import to_hex
 from gitxet.store.cas import LocalCAS
@@ -107,22 +107,14 @@ def push_files(
     for data in shards.values():
         xorbs |= _shard_xorbs(shardfmt.parse_shard(data))
     todo = sorted(x for x in xorbs if not remote.has_xorb(x))
-    sent_bytes = 0
 
     def send(x: bytes) -> int:
         body = local.xorb_body(x)  # verified on read: never propagate corruption
         remote.upload_xorb(x, body)
-        if progress is not None:
-            progress(len(body))
         return len(body)
 
-    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="gitxet-push") as ex:
-        for n in ex.map(send, todo):
-            sent_bytes += n
-    for data in shards.values():
-        remote.upload_shard(data)
-        sent_bytes += len(data)
-    return TransferSummary(len(wanted), len(todo), len(xorbs) - len(todo), len(shards), sent_bytes)
+    moved = _move(todo, send, shards, remote.upload_shard, progress, workers, "push")
+    return TransferSummary(len(wanted), len(todo), len(xorbs) - len(todo), len(shards), moved)
 
 
 def fetch_files(
@@ -154,25 +146,41 @@ def fetch_files(
     for data in shards.values():
         xorbs |= _shard_xorbs(shardfmt.parse_shard(data))
     todo = sorted(x for x in xorbs if not local.has_xorb(x))
-    got = 0
 
     def get(x: bytes) -> int:
-        try:
-            body = remote.download_xorb(x)
-        except XorbNotFoundError:
-            raise
+        body = remote.download_xorb(x)
         local.put_xorb(x, body)  # re-hashes: a corrupt remote xorb raises IntegrityError
-        if progress is not None:
-            progress(len(body))
         return len(body)
 
-    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="gitxet-fetch") as ex:
-        for n in ex.map(get, todo):
-            got += n
+    moved = _move(todo, get, shards, local.put_shard, progress, workers, "fetch")
+    return TransferSummary(len(wanted), len(todo), len(xorbs) - len(todo), len(shards), moved)
+
+
+def _move(
+    xorbs: list[bytes],
+    copy_xorb: Callable[[bytes], int],
+    shards: dict[str, bytes],
+    put_shard: Callable[[bytes], object],
+    progress: Progress | None,
+    workers: int,
+    what: str,
+) -> int:
+    """Copy xorbs in parallel, then (only then) the shards that reference them."""
+
+    def one(x: bytes) -> int:
+        n = copy_xorb(x)
+        if progress is not None:
+            progress(n)
+        return n
+
+    total = 0
+    with ThreadPoolExecutor(max(1, workers), thread_name_prefix=f"gitxet-{what}") as ex:
+        for n in ex.map(one, xorbs):
+            total += n
     for data in shards.values():
-        local.put_shard(data)
-        got += len(data)
-    return TransferSummary(len(wanted), len(todo), len(xorbs) - len(todo), len(shards), got)
+        put_shard(data)
+        total += len(data)
+    return total
 
 
 def _name(data: bytes) -> bytes:
