@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 import gitxet
-from gitxet.cli import _errors, gitcmds, mountcmds, plumbing
+from gitxet.cli import _errors, gitcmds, mountcmds, plumbing, serve
 
 app = typer.Typer(
     name="git-xet",
@@ -48,6 +48,7 @@ def _root(
 plumbing.register(app)
 gitcmds.register(app)
 mountcmds.register(app)
+serve.register(app)
 
 
 def main() -> None:
