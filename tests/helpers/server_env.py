@@ -1,0 +1,166 @@
+"""Helpers for the CAS server tests: build uploads from bytes, run servers and an S3 server.
+
+Nothing here mocks the server: :func:`build_upload` makes real xorbs and shards with
+gitxet's formats, :class:`S3Server` runs moto's standalone S3 server as a subprocess on a
+free loopback port, and :func:`start_server_process` runs ``gitxet.server.run.serve`` in a
+real subprocess (uvicorn with its signal handling).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from gitxet.chunking import Chunker
+from gitxet.formats.shard import FileTerm, XorbInfo, make_file_info, upload_shard_for
+from gitxet.formats.xorb import SerializedXorb, serialize_xorb
+from gitxet.hashing import file_hash
+
+
+@dataclass
+class Upload:
+    """One file as a client would upload it: one xorb and one shard."""
+
+    data: bytes
+    file_hash: bytes
+    xorb: SerializedXorb
+    shard: bytes
+
+
+def chunk(data: bytes) -> list[bytes]:
+    """Xet content-defined chunks of ``data``."""
+    ch = Chunker()
+    out = [bytes(c) for c in ch.feed(data)]
+    out += [bytes(c) for c in ch.finish()]
+    return out
+
+
+def build_upload(data: bytes) -> Upload:
+    """The xorb and upload shard hf_xet would send for ``data`` (one xorb, one term)."""
+    chunks = chunk(data)
+    sx = serialize_xorb(chunks)
+    fh = file_hash(list(zip(sx.chunk_hashes, sx.chunk_sizes, strict=True)))
+    term = FileTerm(sx.hash, 0, len(chunks), len(data))
+    info = make_file_info(fh, [term], [sx.chunk_hashes], hashlib.sha256(data).hexdigest())
+    shard = upload_shard_for(
+        [info], [XorbInfo.from_chunks(sx.hash, sx.chunk_hashes, sx.chunk_sizes)]
+    )
+    return Upload(data, fh, sx, shard)
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(
+    port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Wait until something accepts connections on 127.0.0.1:port."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port}")
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
+    """SIGTERM, wait, SIGKILL if needed; returns the exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return int(proc.returncode)
+
+
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+class S3Server:
+    """moto's standalone S3 server on a free loopback port (a real HTTP process)."""
+
+    def __init__(self, tmp: str) -> None:
+        exe = shutil.which("moto_server")
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        cmd = (
+            [exe, "-H", "127.0.0.1", "-p", str(self.port)]
+            if exe
+            else [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+        )
+        self.log = open(os.path.join(tmp, "moto.log"), "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **S3_ENV}
+        )
+        wait_port(self.port, 30.0, self.proc)
+
+    def make_bucket(self, name: str) -> None:
+        import boto3
+
+        c = boto3.client("s3", endpoint_url=self.endpoint, **_boto_kw())
+        c.create_bucket(Bucket=name)
+        c.close()
+
+    def url(self, bucket: str, prefix: str = "cas") -> str:
+        """A ``--storage`` URL for a bucket on this server."""
+        return f"s3://{bucket}/{prefix}?endpoint_url={self.endpoint}&region=us-east-1"
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        self.log.close()
+
+
+def _boto_kw() -> dict[str, str]:
+    return {
+        "aws_access_key_id": S3_ENV["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": S3_ENV["AWS_SECRET_ACCESS_KEY"],
+        "region_name": S3_ENV["AWS_DEFAULT_REGION"],
+    }
+
+
+_SERVE_CODE = """
+import logging, sys
+from gitxet.server.run import ServerConfig, serve
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(message)s")
+root, port, storage = sys.argv[1], int(sys.argv[2]), sys.argv[3] or None
+serve(ServerConfig(root=root, port=port, storage=storage, graceful_timeout=5))
+"""
+
+
+@contextlib.contextmanager
+def server_process(root: str, storage: str | None, log_path: str) -> Iterator[str]:
+    """Run a server in a subprocess (real uvicorn, real signals); yields its URL."""
+    port = free_port()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVE_CODE, root, str(port), storage or ""],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **S3_ENV},
+        )
+        try:
+            wait_port(port, 30.0, proc)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            stop_process(proc)

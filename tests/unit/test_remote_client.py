@@ -1,0 +1,451 @@
+"""CASClient against httpx.MockTransport: fallbacks, grants, retries, resume, verification."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from gitxet.errors import AuthError, FileNotFoundInCASError, IntegrityError, RemoteError
+from gitxet.formats.shard import parse_shard
+from gitxet.hashing import to_hex
+from gitxet.remote import protocol as p
+from gitxet.remote.client import CASClient, RetryPolicy, discover
+from tests.helpers.server_env import Upload, build_upload
+
+TOKEN = "gxt_000000000000_secret-token-value-that-must-not-leak-anywhere"
+EP = "http://cas.test"
+DATA_URL = "http://data.test/x?sig=SIGNATURE"
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def client(handler: Handler, sleeps: list[float] | None = None, **kw: object) -> CASClient:
+    http = httpx.Client(transport=httpx.MockTransport(handler))
+    record = sleeps if sleeps is not None else []
+    return CASClient(
+        EP,
+        TOKEN,
+        http=http,
+        retry=RetryPolicy(attempts=4, base_delay=0.01),
+        sleep=record.append,
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def upload() -> Upload:
+    return build_upload(random.Random(9).randbytes(300_000))
+
+
+def recon_for(u: Upload, url: str = DATA_URL) -> p.Reconstruction:
+    n = len(u.xorb.chunk_sizes)
+    hx = to_hex(u.xorb.hash)
+    return p.Reconstruction(
+        [p.Term(hx, 0, n, len(u.data))],
+        {hx: [p.FetchInfo(0, n, url, 0, len(u.xorb.body) - 1)]},
+    )
+
+
+def serve_data(u: Upload, req: httpx.Request, body: bytes | None = None) -> httpx.Response:
+    assert "authorization" not in req.headers  # data URLs authorise themselves
+    a, b = p.parse_range_header(req.headers["range"])
+    blob = u.xorb.body if body is None else body
+    return httpx.Response(206, content=blob[a : (b or len(blob) - 1) + 1])
+
+
+# ---- reconstruction -------------------------------------------------------------------------
+
+
+def test_reconstruction_falls_back_to_v1_and_remembers(upload: Upload) -> None:
+    seen: list[str] = []
+
+    def h(req: httpx.Request) -> httpx.Response:
+        seen.append(req.url.path)
+        assert req.headers["authorization"] == f"Bearer {TOKEN}"
+        if req.url.path.startswith("/v2/"):
+            return httpx.Response(404)
+        return httpx.Response(200, json=recon_for(upload).to_v1())
+
+    c = client(h)
+    fx = to_hex(upload.file_hash)
+    assert c.get_reconstruction(upload.file_hash).terms[0].unpacked_length == len(upload.data)
+    c.get_reconstruction(upload.file_hash)
+    assert seen == [
+        f"/v2/reconstructions/{fx}",
+        f"/v1/reconstructions/{fx}",
+        f"/v1/reconstructions/{fx}",
+    ]
+
+
+def test_reconstruction_v2_and_range_header(upload: Upload) -> None:
+    def h(req: httpx.Request) -> httpx.Response:
+        assert req.url.path.startswith("/v2/")
+        assert req.headers["range"] == "bytes=10-19"
+        return httpx.Response(200, json=recon_for(upload).to_v2())
+
+    r = client(h).get_reconstruction(upload.file_hash, (10, 20))
+    assert r.fetch_for(r.terms[0]).url == DATA_URL
+
+
+def test_unknown_file_and_501_fallback() -> None:
+    def h(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(501 if req.url.path.startswith("/v2/") else 404)
+
+    with pytest.raises(FileNotFoundInCASError):
+        client(h).get_reconstruction(b"\x01" * 32)
+
+
+def test_retries_honour_retry_after_then_give_up() -> None:
+    calls = 0
+
+    def h(req: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return httpx.Response(503, headers={"Retry-After": "2"}, json={"error": "busy"})
+
+    sleeps: list[float] = []
+    with pytest.raises(RemoteError, match="HTTP 503") as ei:
+        client(h, sleeps).get_reconstruction(b"\x01" * 32)
+    assert calls == 4 and sleeps == [2.0, 2.0, 2.0]
+    assert ei.value.status == 503
+
+
+def test_retry_then_success_and_connection_errors() -> None:
+    calls = 0
+
+    def h(req: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise httpx.ConnectError("refused")
+        if calls == 2:
+            return httpx.Response(429)
+        return httpx.Response(200, json={"was_inserted": True})
+
+    c = client(h)
+    c._grants = False
+    assert c.upload_xorb(b"\x02" * 32, b"body") is True
+    assert calls == 3
+
+
+@pytest.mark.parametrize(("status", "word"), [(401, "missing, invalid"), (403, "scope")])
+def test_auth_errors_do_not_leak_the_token(status: int, word: str) -> None:
+    def h(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, json={"error": "nope"})
+
+    with pytest.raises(AuthError, match=word) as ei:
+        client(h).get_reconstruction(b"\x01" * 32)
+    assert TOKEN not in str(ei.value)
+
+
+# ---- downloads --------------------------------------------------------------------------------
+
+
+def recon_handler(u: Upload, body: bytes | None = None) -> Handler:
+    def h(req: httpx.Request) -> httpx.Response:
+        if req.url.host == "data.test":
+            return serve_data(u, req, body)
+        r = recon_for(u)
+        if "range" in req.headers:  # one term covers everything: skip to the range start
+            a, _ = p.parse_range_header(req.headers["range"])
+            r = p.Reconstruction(r.terms, r.fetch, a)
+        return httpx.Response(200, json=r.to_v2())
+
+    return h
+
+
+def test_download_whole_file_is_verified(upload: Upload) -> None:
+    c = client(recon_handler(upload))
+    assert b"".join(c.iter_file(upload.file_hash)) == upload.data
+    assert c.read_range(upload.file_hash, 1000, 2000) == upload.data[1000:2000]
+
+
+def test_download_detects_substituted_content(upload: Upload) -> None:
+    other = build_upload(random.Random(10).randbytes(300_000))
+    # The server claims the file is a xorb that decodes fine but holds other chunks.
+    c = client(recon_handler(other))
+    with pytest.raises((IntegrityError, RemoteError)):
+        b"".join(c.iter_file(upload.file_hash))
+
+
+def test_chunk_hashes_verify_ranged_reads(upload: Upload) -> None:
+    from gitxet.formats.xorb import serialize_xorb
+    from tests.helpers.server_env import chunk
+
+    chunks = chunk(upload.data)
+    chunks[0] = bytes([chunks[0][0] ^ 1]) + chunks[0][1:]  # same sizes, other content
+    forged = serialize_xorb(chunks).body
+    known = {to_hex(upload.xorb.hash): upload.xorb.chunk_hashes}
+    n = len(chunks)
+    hx = to_hex(upload.xorb.hash)
+
+    def h(req: httpx.Request) -> httpx.Response:
+        if req.url.host == "data.test":
+            return serve_data(upload, req, forged)
+        fi = p.FetchInfo(0, n, DATA_URL, 0, len(forged) - 1)
+        return httpx.Response(
+            200, json=p.Reconstruction([p.Term(hx, 0, n, len(upload.data))], {hx: [fi]}).to_v2()
+        )
+
+    with pytest.raises(IntegrityError, match="chunk 0 does not match its hash"):
+        b"".join(client(h).iter_file(upload.file_hash, (0, 10), chunk_hashes=known))
+    # Without the hashes a ranged read cannot tell (documented); a whole read can.
+    assert len(client(h).read_range(upload.file_hash, 0, 10)) == 10
+    with pytest.raises(IntegrityError, match="do not hash"):
+        b"".join(client(h).iter_file(upload.file_hash))
+
+
+class _Broken(httpx.SyncByteStream):
+    """A body that delivers ``data`` and then drops the connection."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self.data
+        raise httpx.ReadError("connection reset")
+
+
+def test_ranged_get_resumes_after_a_broken_body(upload: Upload) -> None:
+    ranges: list[str] = []
+
+    def h(req: httpx.Request) -> httpx.Response:
+        ranges.append(req.headers["range"])
+        a, b = p.parse_range_header(req.headers["range"])
+        assert b is not None
+        part = upload.xorb.body[a : b + 1]
+        if len(ranges) == 1:
+            return httpx.Response(206, stream=_Broken(part[:1000]))
+        return httpx.Response(206, content=part)
+
+    body = client(h).fetch_xorb_range(DATA_URL, 0, len(upload.xorb.body) - 1)
+    assert body == upload.xorb.body
+    assert ranges == [
+        f"bytes=0-{len(upload.xorb.body) - 1}",
+        f"bytes=1000-{len(upload.xorb.body) - 1}",
+    ]
+
+
+def test_short_body_is_an_error_and_redacts_the_query(upload: Upload) -> None:
+    def h(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(206, content=b"")
+
+    with pytest.raises(RemoteError, match="got 0 of 10 bytes") as ei:
+        client(h).fetch_xorb_range(DATA_URL, 0, 9)
+    assert "SIGNATURE" not in str(ei.value)
+
+
+def test_data_url_403_is_an_auth_error() -> None:
+    def h(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(403, json={"error": "expired"})
+
+    with pytest.raises(AuthError):
+        client(h).fetch_xorb_range(DATA_URL, 0, 9)
+
+
+# ---- uploads ------------------------------------------------------------------------------------
+
+
+def grant_server(mode: dict[str, object]) -> tuple[Handler, list[str]]:
+    log: list[str] = []
+    state = {
+        "stored": False,
+        "put_fail": int(mode.get("put_fail", 0)),
+        "commit_fail": int(mode.get("commit_fail", 0)),
+    }
+
+    def h(req: httpx.Request) -> httpx.Response:
+        log.append(f"{req.method} {req.url.path}")
+        if req.url.path.startswith("/v1/xorb-grants/"):
+            if mode.get("no_grants"):
+                return httpx.Response(404)
+            body = json.loads(req.content)
+            assert body["length"] == len(b"XORB-BYTES")
+            assert body["checksum"] == {
+                "algo": "crc64nvme",
+                "value": str(p.crc64nvme(b"XORB-BYTES")),
+            }
+            if mode.get("exists"):
+                return httpx.Response(200, json={})
+            return httpx.Response(
+                201,
+                json={
+                    "id": "g1",
+                    "method": "PUT",
+                    "url": "http://up.test/put?sig=x",
+                    "headers": {"X-Need": "1"},
+                },
+            )
+        if req.url.host == "up.test":
+            assert "authorization" not in req.headers and req.headers["x-need"] == "1"
+            assert req.content == b"XORB-BYTES"
+            if state["put_fail"]:
+                state["put_fail"] = int(state["put_fail"]) - 1
+                return httpx.Response(403)
+            state["stored"] = True
+            return httpx.Response(200)
+        if req.url.path.startswith("/v1/xorb-commits/"):
+            assert req.url.path.endswith("/grant/g1")
+            if state["commit_fail"]:
+                state["commit_fail"] = int(state["commit_fail"]) - 1
+                return httpx.Response(404)
+            return httpx.Response(200, json={"was_inserted": True})
+        if req.url.path.startswith("/v1/xorbs/default/"):
+            assert req.content == b"XORB-BYTES"
+            return httpx.Response(200, json={"was_inserted": True})
+        return httpx.Response(404)
+
+    return h, log
+
+
+XH = b"\x03" * 32
+XP = to_hex(XH)
+
+
+def test_grant_flow() -> None:
+    h, log = grant_server({})
+    assert client(h).upload_xorb(XH, b"XORB-BYTES") is True
+    assert log == [
+        f"POST /v1/xorb-grants/default/{XP}",
+        "PUT /put",
+        f"POST /v1/xorb-commits/default/{XP}/grant/g1",
+    ]
+
+
+def test_grant_200_means_already_there() -> None:
+    h, log = grant_server({"exists": True})
+    assert client(h).upload_xorb(XH, b"XORB-BYTES") is False
+    assert len(log) == 1
+
+
+def test_grant_retries_on_expired_put_and_missing_commit() -> None:
+    h, log = grant_server({"put_fail": 1, "commit_fail": 1})
+    assert client(h).upload_xorb(XH, b"XORB-BYTES") is True
+    assert sum(1 for e in log if "xorb-grants" in e) == 3
+
+
+def test_grant_gives_up_after_three() -> None:
+    h, _ = grant_server({"put_fail": 5})
+    with pytest.raises(RemoteError, match="three times"):
+        client(h).upload_xorb(XH, b"XORB-BYTES")
+
+
+def test_no_grants_falls_back_to_post_and_remembers() -> None:
+    h, log = grant_server({"no_grants": True})
+    c = client(h)
+    assert c.upload_xorb(XH, b"XORB-BYTES") is True
+    assert c.upload_xorb(XH, b"XORB-BYTES") is True
+    assert log == [
+        f"POST /v1/xorb-grants/default/{XP}",
+        f"POST /v1/xorbs/default/{XP}",
+        f"POST /v1/xorbs/default/{XP}",
+    ]
+
+
+def test_upload_xorbs_in_parallel() -> None:
+    h, _log = grant_server({"no_grants": True})
+    c = client(h, max_parallel=3)
+    c._grants = False
+    done: list[bytes] = []
+    out = c.upload_xorbs(
+        ((bytes([i]) * 32, b"XORB-BYTES") for i in range(10)), lambda k, v: done.append(k)
+    )
+    assert len(out) == 10 and all(out.values()) and len(done) == 10
+
+
+def _ndjson(*frames: dict[str, object]) -> str:
+    return "".join(json.dumps(f) + "\n" for f in frames)
+
+
+def test_shard_v2_result_and_error_frames() -> None:
+    frames = iter(
+        [
+            _ndjson(
+                {"type": "validating", "verified": 1, "total": 1}, {"type": "result", "result": 0}
+            ),
+            _ndjson({"type": "error", "message": "missing xorb", "retryable": False}),
+        ]
+    )
+
+    def h(req: httpx.Request) -> httpx.Response:
+        assert req.url.path == "/v2/shards"
+        return httpx.Response(200, text=next(frames))
+
+    c = client(h)
+    assert c.upload_shard(b"shard") is False
+    with pytest.raises(RemoteError, match="missing xorb"):
+        c.upload_shard(b"shard")
+
+
+def test_shard_falls_back_to_v1() -> None:
+    paths: list[str] = []
+
+    def h(req: httpx.Request) -> httpx.Response:
+        paths.append(req.url.path)
+        if req.url.path == "/v2/shards":
+            return httpx.Response(404)
+        return httpx.Response(200, json={"result": 1})
+
+    c = client(h)
+    assert c.upload_shard(b"s") is True
+    assert c.upload_shard(b"s") is True
+    assert paths == ["/v2/shards", "/v1/shards", "/v1/shards"]
+
+
+def test_shard_rejection_is_an_error() -> None:
+    def h(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json={"error": "shard file x: wrong verification hash"})
+
+    with pytest.raises(RemoteError, match="verification") as ei:
+        client(h).upload_shard(b"s")
+    assert ei.value.status == 400
+
+
+def test_query_chunk(upload: Upload) -> None:
+    from gitxet.formats.shard import XorbInfo, dedup_response_shard
+
+    info = XorbInfo.from_chunks(upload.xorb.hash, upload.xorb.chunk_hashes, upload.xorb.chunk_sizes)
+    answer = dedup_response_shard([info], b"\x07" * 32, 1, 2**40)
+    calls: list[str] = []
+
+    def h(req: httpx.Request) -> httpx.Response:
+        calls.append(req.url.path)
+        if req.url.path.endswith("00" * 32):
+            return httpx.Response(429)  # not retried
+        if req.url.path.endswith("01" * 32):
+            return httpx.Response(404)
+        return httpx.Response(200, content=answer)
+
+    c = client(h)
+    assert c.query_chunk(b"\x00" * 32) is None
+    assert c.query_chunk(b"\x01" * 32) is None
+    shard = c.query_chunk(upload.xorb.chunk_hashes[0])
+    assert shard is not None and shard.xorbs[0].xorb_hash == upload.xorb.hash
+    assert len(calls) == 3
+    assert parse_shard(answer).footer is not None
+
+
+def test_discover() -> None:
+    def h(req: httpx.Request) -> httpx.Response:
+        assert req.url.path == "/data.git/info/xet"
+        if "authorization" in req.headers:
+            return httpx.Response(
+                200, json={"casUrl": "http://cas:1/", "accessToken": "t", "exp": 9}
+            )
+        return httpx.Response(200, json={"casUrl": "http://cas:1", "tokenHint": "git-credential"})
+
+    http = httpx.Client(transport=httpx.MockTransport(h))
+    d = discover("http://git.test/data.git/", http=http)
+    assert d.cas_url == "http://cas:1" and d.access_token is None
+    d = discover("http://git.test/data.git", token="tok", http=http)
+    assert d.access_token == "t" and d.expires == 9
+
+    def missing(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(404)
+
+    with pytest.raises(RemoteError, match="not a gitxet remote"):
+        discover("http://git.test/x.git", http=httpx.Client(transport=httpx.MockTransport(missing)))
