@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -53,10 +53,19 @@ class _Term:
 
 @dataclass
 class _PendingXorb:
+    """A xorb being built: chunks are compressed (in parallel) as blocks complete, so it
+    holds compressed payloads, not raw bytes; ``raw`` are the chunks not compressed yet."""
+
     number: int
-    chunks: list[bytes] = field(default_factory=list)
+    parts: list[tuple[xorbfmt.Scheme, bytes]] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)
     hashes: list[bytes] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
     nbytes: int = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.hashes)
 
 
 @dataclass
@@ -89,6 +98,10 @@ class Ingestor:
         self._resolved: dict[int, bytes] = {}
         self._next_number = 0
         self._pending = self._new_pending()
+        # xorb files are written on their own thread while the next xorb is built; at most
+        # one write is outstanding, which bounds memory to about two xorbs
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="gitxet-xorb-writer")
+        self._writing: Future[bool] | None = None
         # shard CAS entries of the xorbs written since the last flush (not their bodies)
         self._new_xorbs: list[shardfmt.XorbInfo] = []
         self._files: list[_PendingFile] = []
@@ -97,7 +110,16 @@ class Ingestor:
         self._next_number += 1
         return _PendingXorb(self._next_number)
 
+    def _wait_for_write(self) -> None:
+        if self._writing is not None:
+            fut, self._writing = self._writing, None
+            fut.result()  # re-raises a failed write
+
     def close(self) -> None:
+        try:
+            self._wait_for_write()
+        finally:
+            self._writer.shutdown(wait=True)
         if self._own_executor:
             self._executor.shutdown(wait=True)
 
@@ -109,12 +131,28 @@ class Ingestor:
 
     # ---- chunk placement -----------------------------------------------------------------
 
+    def _compress_pending(self) -> None:
+        """Compress the pending xorb's raw chunks, half of them on another thread."""
+        p = self._pending
+        raw, p.raw = p.raw, []
+        if not raw:
+            return
+        if len(raw) < 4:
+            p.parts.extend(_compress_all(raw))
+            return
+        mid = len(raw) // 2
+        other = self._executor.submit(_compress_all, raw[mid:])
+        p.parts.extend(_compress_all(raw[:mid]))
+        p.parts.extend(other.result())
+
     def _cut(self) -> None:
         p = self._pending
-        if not p.chunks:
+        if not p.count:
             return
-        sx = xorbfmt.serialize_xorb(p.chunks, chunk_hashes=p.hashes)
-        self.cas.put_serialized(sx)
+        self._compress_pending()
+        sx = xorbfmt.frame_xorb(p.parts, p.sizes, p.hashes)
+        self._wait_for_write()
+        self._writing = self._writer.submit(self.cas.put_serialized, sx)
         self._new_xorbs.append(
             shardfmt.XorbInfo(sx.hash, _chunk_entries(sx), sum(sx.chunk_sizes), 0)
         )
@@ -123,16 +161,17 @@ class Ingestor:
 
     def _place_new(self, data: bytes, h: bytes) -> tuple[XorbRef, int]:
         p = self._pending
-        n = len(p.chunks) + 1
+        n = p.count + 1
         # the bound counts chunk headers too: an incompressible xorb must still fit
         bound = xorbfmt.serialized_size_bound(p.nbytes + len(data), n)
-        if p.chunks and (bound > self._max_bytes or n > self._max_chunks):
+        if p.count and (bound > self._max_bytes or n > self._max_chunks):
             self._cut()
             p = self._pending
-        p.chunks.append(data)
+        p.raw.append(data)
         p.hashes.append(h)
+        p.sizes.append(len(data))
         p.nbytes += len(data)
-        return p.number, len(p.chunks) - 1
+        return p.number, p.count - 1
 
     # ---- files ---------------------------------------------------------------------------
 
@@ -162,6 +201,7 @@ class Ingestor:
                     last.nbytes += n
                 else:
                     terms.append(_Term(ref, idx, idx + 1, n))
+            self._compress_pending()
             if progress is not None:
                 progress(sum(len(c) for c in block.chunks))
         result = IngestResult(
@@ -183,6 +223,7 @@ class Ingestor:
         Returns the shard's name, or None when nothing was staged.
         """
         self._cut()
+        self._wait_for_write()  # every xorb is on disk before the shard that names it
         # a file some stored shard already describes needs no new description
         self._files = [f for f in self._files if self.cas.file_info(f.file_hash) is None]
         if not self._files and not self._new_xorbs:
@@ -208,6 +249,10 @@ class Ingestor:
         self._files.clear()
         self._new_xorbs.clear()
         return name
+
+
+def _compress_all(chunks: list[bytes]) -> list[tuple[xorbfmt.Scheme, bytes]]:
+    return [xorbfmt.compress_chunk(c) for c in chunks]
 
 
 def _chunk_entries(sx: xorbfmt.SerializedXorb) -> list[shardfmt.XorbChunk]:

@@ -391,32 +391,49 @@ def serialize_xorb(
             raise ValueError(f"{len(hashes)} chunk hashes for {n} chunks")
         if any(len(h) != HASH_LEN for h in hashes):
             raise ValueError("chunk hashes must be 32 raw bytes")
+    return frame_xorb([compress_chunk(c, scheme) for c in chunks], [len(c) for c in chunks], hashes)
+
+
+def frame_xorb(
+    compressed: Sequence[tuple[Scheme, bytes]], sizes: Sequence[int], chunk_hashes: Sequence[bytes]
+) -> SerializedXorb:
+    """Frame already-compressed chunks (from :func:`compress_chunk`) into a xorb body.
+
+    This is :func:`serialize_xorb` without the compression step, so callers can compress
+    chunks on several threads as they arrive. ``sizes`` are the uncompressed lengths and
+    ``chunk_hashes`` are trusted.
+
+    Raises:
+        ValueError: inconsistent lengths, an oversized payload, or a body over
+            :data:`MAX_XORB_BYTES`.
+    """
+    n = len(compressed)
+    if not 0 < n <= MAX_XORB_CHUNKS or len(sizes) != n or len(chunk_hashes) != n:
+        raise ValueError(f"{n} chunks, {len(sizes)} sizes, {len(chunk_hashes)} hashes")
     parts: list[bytes] = []
     offsets = [0]
-    sizes: list[int] = []
     schemes: list[Scheme] = []
     pos = 0
     pack = _HEADER.pack
-    for chunk in chunks:
-        used, payload = compress_chunk(chunk, scheme)
-        size = len(chunk)
+    for (used, payload), size in zip(compressed, sizes, strict=True):
         plen = len(payload)
         if plen > MAX_PAYLOAD_BYTES:  # only reachable with a forced scheme
             raise ValueError(f"payload of {plen} bytes exceeds {MAX_PAYLOAD_BYTES}")
+        if not 0 < size <= MAX_CHUNK_BYTES:
+            raise ValueError(f"chunk length {size} outside 1..{MAX_CHUNK_BYTES}")
         parts.append(pack(plen << 8, int(used) | size << 8))
         parts.append(payload)
         pos += CHUNK_HEADER_SIZE + plen
         offsets.append(pos)
-        sizes.append(size)
         schemes.append(used)
     if pos > MAX_XORB_BYTES:
         raise ValueError(f"serialized xorb of {pos} bytes exceeds {MAX_XORB_BYTES}")
-    body = b"".join(parts)
+    hashes = list(chunk_hashes)
     return SerializedXorb(
-        body=body,
+        body=b"".join(parts),
         hash=merkle_root(list(zip(hashes, sizes, strict=True))),
         chunk_hashes=hashes,
-        chunk_sizes=sizes,
+        chunk_sizes=list(sizes),
         byte_offsets=offsets,
         schemes=schemes,
     )
