@@ -197,3 +197,16 @@ class RequestRejectedError(GitxetError):
         super().__init__(f"{what}: {reason}")
         self.what = what
         self.reason = reason
+
+
+class MountSpecError(MountError):
+    """A mount request that cannot be mounted as asked (bad field, unknown repo or revision).
+
+    ``field`` names the culprit (``"repo"``, ``"commit"``, ``"subdir"``, ...) so callers can
+    answer "invalid argument" rather than "internal error".
+    """
+
+    def __init__(self, mountpoint: str, field: str, reason: str) -> None:
+        super().__init__(mountpoint, f"{field}: {reason}")
+        self.field = field
+        self.detail = reason

@@ -1,0 +1,502 @@
+"""The Mounter boundary: what the Docker and CSI plugins use to mount a commit somewhere.
+
+A plugin asks for "this repo at this commit (and subdir) on that target" and gets a live,
+read-only mount back, or a :class:`~gitxet.errors.MountError` saying why not. How the
+mount is made is the Mounter's business; :class:`SubprocessMounter` runs one
+``git-xet mount --foreground`` daemon per target.
+
+Each daemon runs in its own session (``gitxet.mount.runner.start_background``), so it is
+not a child that dies with the plugin: restarting the plugin leaves mounts serving. The
+mounter writes one JSON record per target under its state dir; after a restart
+:meth:`SubprocessMounter.recover` adopts the mounts whose daemon still serves and remounts
+the ones whose daemon died (pinned to the recorded commit sha, so a moved branch never
+changes what a volume shows).
+
+Tokens (for http(s) repositories) reach the daemon through its environment
+(``GITXET_TOKEN``) only: never argv (visible in ``ps``), never a record or a log. A
+remount after a restart therefore needs the token handed back to ``recover``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import hashlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from gitxet.errors import FormatError, GitxetError, MountError, MountSpecError, NotFoundError
+from gitxet.mount import runner
+from gitxet.store.atomic import atomic_write
+
+TOKEN_ENV = "GITXET_TOKEN"
+# Hints for the mount daemon (the node-wide cache and its budget); read by the mount command.
+CACHE_DIR_ENV = "GITXET_CACHE_DIR"
+CACHE_SIZE_ENV = "GITXET_CACHE_SIZE"
+PREFETCH_ENV = "GITXET_PREFETCH"
+# The environment of mount daemons when the caller gives none: enough to find git and
+# fusermount3, and nothing inherited by accident (library code does not read os.environ).
+DEFAULT_ENV: Mapping[str, str] = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "LANG": "C.UTF-8",
+}
+
+_RECORD_VERSION = 1
+_RECORD_MAX_BYTES = 64 * 1024
+_FULL_SHA = re.compile(r"[0-9a-f]{40}")
+_SIZE = re.compile(r"[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]i?[bB]?|[bB])?")
+_MAX_FIELD = 4096  # no spec field is longer than a path
+
+
+# ---- the boundary ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    """What to mount: a repository at a commit (branch, tag or sha), optionally one subdir.
+
+    ``token`` authenticates against http(s) repositories; ``cache_size`` (e.g. ``"10GiB"``)
+    and ``prefetch`` (a mount daemon hint) tune the node cache.
+    """
+
+    repo: str
+    commit: str
+    subdir: str = ""
+    token: str | None = field(default=None, repr=False)  # repr=False: never in a log line
+    cache_size: str | None = None
+    prefetch: str | None = None
+
+    def without_token(self) -> MountSpec:
+        """The same spec with the token dropped (what records and listings carry)."""
+        return self if self.token is None else replace(self, token=None)
+
+
+@dataclass(frozen=True)
+class MountInfo:
+    """A live mount: where, of what (token always dropped), which commit, served by which pid."""
+
+    target: str
+    spec: MountSpec
+    commit_sha: str
+    pid: int
+
+
+class Mounter(Protocol):
+    """Makes and removes read-only dataset mounts (the plugins' only way to mount)."""
+
+    def mount(self, spec: MountSpec, target: str, *, timeout: float = 60) -> MountInfo:
+        """Mount ``spec`` on ``target`` and wait until it really serves.
+
+        Mounting the same spec again on the same target returns the existing mount; a
+        different spec there raises. Raises :class:`MountSpecError` for bad input (nothing is
+        left behind) and :class:`MountError` with the reason for every other failure.
+        """
+        ...
+
+    def unmount(self, target: str) -> None:
+        """Unmount ``target`` and stop its daemon; nothing mounted there is fine."""
+        ...
+
+    def list(self) -> builtins.list[MountInfo]:
+        """The live mounts this mounter made, by target."""
+        ...
+
+    def is_mounted(self, target: str) -> bool:
+        """Whether a live mount of this mounter serves ``target``."""
+        ...
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What :meth:`SubprocessMounter.recover` did with each recorded mount."""
+
+    adopted: builtins.list[MountInfo]  # daemon still serving: kept as is
+    remounted: builtins.list[MountInfo]  # daemon was dead: mounted again
+    failed: dict[str, str]  # target -> why it could not be remounted (record kept)
+
+
+# ---- spec checks -----------------------------------------------------------------------------
+
+
+def validate_spec(spec: MountSpec, target: str = "") -> None:
+    """Raise :class:`MountSpecError` naming the first field of ``spec`` that is malformed."""
+    where = target or "mount"
+    for name in ("repo", "commit", "subdir", "cache_size", "prefetch", "token"):
+        value = getattr(spec, name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise MountSpecError(where, name, "must be a string")
+        if len(value) > _MAX_FIELD:
+            raise MountSpecError(where, name, f"longer than {_MAX_FIELD} characters")
+        if "\0" in value or (name != "token" and ("\n" in value or "\r" in value)):
+            raise MountSpecError(where, name, "contains a NUL or newline character")
+    if not spec.repo.strip():
+        raise MountSpecError(where, "repo", "is required")
+    if not spec.commit.strip():
+        raise MountSpecError(where, "commit", "is required")
+    if spec.commit.startswith("-"):
+        raise MountSpecError(where, "commit", f"{spec.commit!r} is not a revision")
+    if spec.subdir:
+        parts = spec.subdir.strip("/").split("/")
+        if spec.subdir.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise MountSpecError(
+                where, "subdir", f"{spec.subdir!r} must be a relative path without '.' or '..'"
+            )
+    if spec.cache_size is not None and not _SIZE.fullmatch(spec.cache_size.strip()):
+        raise MountSpecError(where, "cache_size", f"{spec.cache_size!r} is not a size like 10GiB")
+    if spec.token is not None and not spec.token.strip():
+        raise MountSpecError(where, "token", "is empty")
+
+
+def resolve_local(spec: MountSpec) -> str:
+    """Full commit sha of ``spec.commit`` in ``spec.repo`` (local path or file:// URL)."""
+    from gitxet.repo import open_dataset
+
+    try:
+        ds = open_dataset(spec.repo)
+    except NotFoundError as exc:
+        raise MountSpecError(spec.repo, "repo", str(exc)) from None
+    try:
+        return ds.resolve(spec.commit)
+    except NotFoundError as exc:
+        raise MountSpecError(spec.repo, "commit", str(exc)) from None
+
+
+# ---- records ---------------------------------------------------------------------------------
+
+
+_RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    "target": (str,),
+    "repo": (str,),
+    "commit": (str,),
+    "subdir": (str,),
+    "cache_size": (str, type(None)),
+    "prefetch": (str, type(None)),
+    "commit_sha": (str,),
+    "pid": (int,),
+    "start_time": (int,),
+    "log_path": (str,),
+    "started_at": (float, int),
+}
+
+
+@dataclass(frozen=True)
+class _Record:
+    target: str
+    spec: MountSpec  # without token
+    commit_sha: str
+    pid: int
+    start_time: int
+    log_path: str
+    started_at: float
+
+    def info(self) -> MountInfo:
+        return MountInfo(self.target, self.spec, self.commit_sha, self.pid)
+
+    def to_json(self) -> bytes:
+        body: dict[str, Any] = {
+            "version": _RECORD_VERSION,
+            "target": self.target,
+            "repo": self.spec.repo,
+            "commit": self.spec.commit,
+            "subdir": self.spec.subdir,
+            "cache_size": self.spec.cache_size,
+            "prefetch": self.spec.prefetch,
+            "commit_sha": self.commit_sha,
+            "pid": self.pid,
+            "start_time": self.start_time,
+            "log_path": self.log_path,
+            "started_at": self.started_at,
+        }
+        return json.dumps(body, sort_keys=True, indent=1).encode("utf-8") + b"\n"
+
+    @classmethod
+    def from_json(cls, data: bytes, what: str) -> _Record:
+        if len(data) > _RECORD_MAX_BYTES:
+            raise FormatError(what, f"larger than {_RECORD_MAX_BYTES} bytes")
+        try:
+            body = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise FormatError(what, f"not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise FormatError(what, "not a JSON object")
+        if body.get("version") != _RECORD_VERSION:
+            raise FormatError(what, f"unsupported version {body.get('version')!r}")
+        extra = set(body) - set(_RECORD_TYPES) - {"version"}
+        if extra:
+            raise FormatError(what, f"unknown fields {sorted(extra)}")
+        for key, allowed in _RECORD_TYPES.items():
+            if key not in body:
+                raise FormatError(what, f"missing field {key!r}")
+            if isinstance(body[key], bool) or not isinstance(body[key], allowed):
+                raise FormatError(what, f"field {key!r} has the wrong type")
+        if not _FULL_SHA.fullmatch(body["commit_sha"]):
+            raise FormatError(what, "commit_sha is not a full sha")
+        if body["pid"] <= 0 or body["start_time"] < 0:
+            raise FormatError(what, "bad pid or start time")
+        if not os.path.isabs(body["target"]):
+            raise FormatError(what, "target is not an absolute path")
+        spec = MountSpec(
+            repo=body["repo"],
+            commit=body["commit"],
+            subdir=body["subdir"],
+            cache_size=body["cache_size"],
+            prefetch=body["prefetch"],
+        )
+        return cls(
+            target=body["target"],
+            spec=spec,
+            commit_sha=body["commit_sha"],
+            pid=body["pid"],
+            start_time=body["start_time"],
+            log_path=body["log_path"],
+            started_at=float(body["started_at"]),
+        )
+
+
+def _record_live(rec: _Record, mounted: set[str]) -> bool:
+    return rec.target in mounted and runner.process_alive(rec.pid, rec.start_time)
+
+
+# ---- the subprocess mounter ------------------------------------------------------------------
+
+
+class SubprocessMounter:
+    """Mounts through detached ``git-xet mount --foreground`` daemons; state under ``state_dir``.
+
+    ``state_dir`` holds ``mounts/`` (one record per target), ``logs/`` (one daemon log per
+    target) and ``cache/`` (the node cache directory handed to every daemon). ``program`` is
+    the command that runs ``git-xet``; ``env`` the daemons' base environment (default: a
+    minimal PATH). ``resolve`` maps a spec to a full commit sha (default: the local/file://
+    resolver); ``allow_other`` lets other users (container processes) read the mounts
+    (default: only when running as root, where FUSE allows it without configuration).
+    """
+
+    def __init__(
+        self,
+        state_dir: str,
+        *,
+        program: Sequence[str] = (sys.executable, "-m", "gitxet"),
+        env: Mapping[str, str] | None = None,
+        resolve: Callable[[MountSpec], str] | None = None,
+        allow_other: bool | None = None,
+    ) -> None:
+        self.state_dir = os.path.abspath(state_dir)
+        self.program = tuple(program)
+        self.env = dict(DEFAULT_ENV if env is None else env)
+        self._resolve = resolve or resolve_local
+        self.allow_other = (os.geteuid() == 0) if allow_other is None else allow_other
+        self._records = os.path.join(self.state_dir, "mounts")
+        self._logs = os.path.join(self.state_dir, "logs")
+        self.cache_dir = os.path.join(self.state_dir, "cache")
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    # -- records
+
+    def _key(self, target: str) -> str:
+        return hashlib.sha256(target.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+    def _record_path(self, target: str) -> str:
+        return os.path.join(self._records, self._key(target) + ".json")
+
+    def _load(self, path: str) -> _Record | None:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(_RECORD_MAX_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        return _Record.from_json(data, path)
+
+    def _save(self, rec: _Record) -> None:
+        os.makedirs(self._records, mode=0o700, exist_ok=True)
+        atomic_write(self._record_path(rec.target), rec.to_json(), mode=0o600)
+
+    def _forget(self, target: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._record_path(target))
+
+    def _all_records(self) -> builtins.list[_Record]:
+        try:
+            names = sorted(n for n in os.listdir(self._records) if n.endswith(".json"))
+        except FileNotFoundError:
+            return []
+        out = []
+        for name in names:
+            rec = self._load(os.path.join(self._records, name))
+            if rec is not None:
+                out.append(rec)
+        out.sort(key=lambda r: r.target)
+        return out
+
+    def _lock(self, target: str) -> threading.Lock:
+        # One lock per target: a slow mount of one volume never holds up another.
+        with self._locks_guard:
+            return self._locks.setdefault(target, threading.Lock())
+
+    # -- the Mounter protocol
+
+    def mount(self, spec: MountSpec, target: str, *, timeout: float = 60) -> MountInfo:
+        """See :meth:`Mounter.mount`."""
+        mnt = runner.normalize_mountpoint(target)
+        validate_spec(spec, mnt)
+        with self._lock(mnt):
+            existing = self._load(self._record_path(mnt))
+            if existing is not None:
+                if _record_live(existing, self._mounted()):
+                    return self._same_or_raise(existing, spec, mnt)
+                self._clear_stale(existing)
+            elif runner.is_mounted(mnt):
+                raise MountError(mnt, "something else is already mounted there")
+            # Resolved even when given a full sha: an unknown repo or commit is then a clear
+            # MountSpecError before any daemon starts, not a daemon log tail.
+            try:
+                sha = self._resolve(spec)
+            except MountSpecError as exc:
+                raise MountSpecError(mnt, exc.field, exc.detail) from None
+            except GitxetError as exc:
+                raise MountError(mnt, f"cannot resolve {spec.commit!r}: {exc}") from None
+            return self._start(spec, sha, mnt, timeout).info()
+
+    def _same_or_raise(self, rec: _Record, spec: MountSpec, mnt: str) -> MountInfo:
+        want = spec.without_token()
+        have = rec.spec
+        same_commit = spec.commit in (have.commit, rec.commit_sha)
+        if (
+            want.repo == have.repo
+            and same_commit
+            and want.subdir.strip("/") == have.subdir.strip("/")
+            and want.cache_size == have.cache_size
+            and want.prefetch == have.prefetch
+        ):
+            return rec.info()
+        raise MountError(
+            mnt, f"already mounted with another spec ({have.repo} at {rec.commit_sha[:12]})"
+        )
+
+    def _daemon_env(self, spec: MountSpec) -> dict[str, str]:
+        env = dict(self.env)
+        env.pop(TOKEN_ENV, None)
+        if spec.token is not None:
+            env[TOKEN_ENV] = spec.token
+        env[CACHE_DIR_ENV] = self.cache_dir
+        for name, value in ((CACHE_SIZE_ENV, spec.cache_size), (PREFETCH_ENV, spec.prefetch)):
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
+        return env
+
+    def _start(self, spec: MountSpec, sha: str, mnt: str, timeout: float) -> _Record:
+        try:
+            os.makedirs(mnt, exist_ok=True)
+        except OSError as exc:
+            raise MountError(mnt, f"cannot create the mountpoint: {exc}") from None
+        os.makedirs(self._logs, mode=0o700, exist_ok=True)
+        os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
+        argv = [*self.program, "mount", "--foreground", spec.repo, sha, mnt]
+        if spec.subdir.strip("/"):
+            argv += ["--subdir", spec.subdir.strip("/")]
+        if self.allow_other:
+            argv.append("--allow-other")
+        log = os.path.join(self._logs, self._key(mnt) + ".log")
+        proc = runner.start_background(
+            argv, mnt, timeout=timeout, log_path=log, cwd="/", env=self._daemon_env(spec)
+        )
+        rec = _Record(
+            target=mnt,
+            spec=spec.without_token(),
+            commit_sha=sha,
+            pid=proc.pid,
+            start_time=proc.start_time,
+            log_path=proc.log_path,
+            started_at=proc.started_at,
+        )
+        try:
+            self._save(rec)
+        except BaseException:
+            # A mount nobody has a record of could never be recovered or cleaned: undo it.
+            with contextlib.suppress(MountError):
+                self._stop(rec)
+            raise
+        return rec
+
+    def _mounted(self) -> set[str]:
+        return {row.mountpoint for row in runner.mount_table()}
+
+    def _stop(self, rec: _Record, timeout: float = 10.0) -> None:
+        """Unmount ``rec.target`` (lazily if busy) and make sure its daemon is gone."""
+        if runner.is_mounted(rec.target):
+            try:
+                runner.unmount(rec.target, timeout=timeout)
+            except MountError:
+                runner.unmount(rec.target, timeout=timeout, lazy=True)
+        deadline = time.monotonic() + timeout
+        while runner.process_alive(rec.pid, rec.start_time) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not runner.stop_process(rec.pid, rec.start_time):
+            raise MountError(rec.target, f"the mount daemon (pid {rec.pid}) does not exit")
+
+    def _clear_stale(self, rec: _Record) -> None:
+        """Detach what a dead (or wedged) daemon left at its target and stop the daemon."""
+        self._stop(rec)
+        self._forget(rec.target)
+
+    def unmount(self, target: str) -> None:
+        """See :meth:`Mounter.unmount`; only touches targets this mounter mounted."""
+        mnt = runner.normalize_mountpoint(target)
+        with self._lock(mnt):
+            rec = self._load(self._record_path(mnt))
+            if rec is None:
+                return
+            self._stop(rec)
+            self._forget(mnt)
+
+    def list(self) -> builtins.list[MountInfo]:
+        """See :meth:`Mounter.list` (records of dead mounts are kept for :meth:`recover`)."""
+        mounted = self._mounted()
+        return [r.info() for r in self._all_records() if _record_live(r, mounted)]
+
+    def is_mounted(self, target: str) -> bool:
+        """See :meth:`Mounter.is_mounted`."""
+        rec = self._load(self._record_path(runner.normalize_mountpoint(target)))
+        return rec is not None and _record_live(rec, self._mounted())
+
+    def get(self, target: str) -> MountInfo | None:
+        """The recorded mount at ``target`` (live or not), or ``None``."""
+        rec = self._load(self._record_path(runner.normalize_mountpoint(target)))
+        return None if rec is None else rec.info()
+
+    def recover(
+        self, tokens: Mapping[str, str] | None = None, *, timeout: float = 60
+    ) -> RecoveryReport:
+        """Adopt recorded mounts that still serve; remount the ones whose daemon died.
+
+        ``tokens`` maps a target to the token its remount needs (records never hold one).
+        A remount that fails keeps its record, so a later call can retry.
+        """
+        adopted: builtins.list[MountInfo] = []
+        remounted: builtins.list[MountInfo] = []
+        failed: dict[str, str] = {}
+        mounted = self._mounted()
+        for rec in self._all_records():
+            with self._lock(rec.target):
+                if _record_live(rec, mounted):
+                    adopted.append(rec.info())
+                    continue
+                token = (tokens or {}).get(rec.target)
+                spec = replace(rec.spec, token=token)
+                try:
+                    self._stop(rec)
+                    remounted.append(self._start(spec, rec.commit_sha, rec.target, timeout).info())
+                except (MountError, OSError) as exc:
+                    failed[rec.target] = str(exc)
+        return RecoveryReport(adopted, remounted, failed)
