@@ -210,3 +210,7 @@ class MountSpecError(MountError):
         super().__init__(mountpoint, f"{field}: {reason}")
         self.field = field
         self.detail = reason
+
+
+class URLFormatError(FormatError, ValueError):
+    """A malformed ``xet://`` URL; a ``ValueError`` too, as fsspec callers expect."""
