@@ -18,8 +18,11 @@ from gitxet.store.cas import LocalCAS
 class LayeredSource:
     """A :class:`ChunkSource` over several local stores, tried in order."""
 
+    is_local = True
+
     def __init__(self, stores: Sequence[LocalCAS]) -> None:
         self.stores = list(stores)
+        self._where: dict[bytes, LocalCAS] = {}  # xorbs are immutable: found once, known
 
     def file_info(self, file_hash: bytes) -> FileInfo | None:
         for s in self.stores:
@@ -29,8 +32,12 @@ class LayeredSource:
         return None
 
     def _holder(self, xorb_hash: bytes) -> LocalCAS:
+        store = self._where.get(xorb_hash)
+        if store is not None:
+            return store
         for s in self.stores:
             if s.has_xorb(xorb_hash):
+                self._where[xorb_hash] = s
                 return s
         raise XorbNotFoundError(to_hex(xorb_hash))
 

@@ -89,6 +89,7 @@ class XetFuseOperations(pyfuse3.Operations):
     ) -> None:
         super().__init__()
         self.fs = fs
+        self._inline_reads = bool(getattr(fs, "inline_reads", False))
         self._root = fs.root_ino
         if self._root <= 0:
             raise ValueError(f"model root inode must be positive, got {self._root}")
@@ -277,6 +278,9 @@ class XetFuseOperations(pyfuse3.Operations):
         ino = self._files.get(fh)
         if ino is None:
             raise pyfuse3.FUSEError(errno.EBADF)
+        if self._inline_reads:
+            # local data: a read is a pread + decode, cheaper than the thread hop
+            return self._call(f"read {ino} @{off}+{size}", self.fs.read, ino, off, size)
         return await self._offload(
             self._read_limiter, f"read {ino} @{off}+{size}", self.fs.read, ino, off, size
         )

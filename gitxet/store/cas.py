@@ -21,6 +21,7 @@ import mmap
 import os
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -82,6 +83,9 @@ class StoreStats:
 class LocalCAS:
     """A content-addressed store in one directory; safe for concurrent processes."""
 
+    #: reads never wait on a network (see ``CommitFS.inline_reads``)
+    is_local = True
+
     def __init__(self, root: str, *, durable: bool = True) -> None:
         self.root = os.path.abspath(root)
         self.durable = durable
@@ -89,6 +93,8 @@ class LocalCAS:
         self._shard_cache: OrderedDict[str, shardfmt.Shard] = OrderedDict()
         self._lock = threading.Lock()
         self._local = threading.local()
+        self._fds: OrderedDict[bytes, int] = OrderedDict()
+        self._retired: list[tuple[float, int]] = []
         try:
             for d in ("xorbs", "shards", "tmp", "locks"):
                 os.makedirs(os.path.join(self.root, d), exist_ok=True)
@@ -124,7 +130,14 @@ class LocalCAS:
         return conn
 
     def close(self) -> None:
-        """Close this thread's index connection (others close when their thread ends)."""
+        """Close open xorb files and this thread's index connection."""
+        with self._lock:
+            fds = [*self._fds.values(), *(fd for _, fd in self._retired)]
+            self._fds.clear()
+            self._retired.clear()
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -264,6 +277,33 @@ class LocalCAS:
                 self._layouts.popitem(last=False)
         return lay
 
+    def _fd(self, xorb_hash: bytes) -> int:
+        """A read-only descriptor of a stored xorb, from a small LRU of open files."""
+        with self._lock:
+            fd = self._fds.get(xorb_hash)
+            if fd is not None:
+                self._fds.move_to_end(xorb_hash)
+                return fd
+        try:
+            fd = os.open(self.xorb_path(xorb_hash), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise XorbNotFoundError(to_hex(xorb_hash)) from None
+        with self._lock:
+            old = self._fds.get(xorb_hash)
+            if old is not None:  # another thread opened it meanwhile
+                os.close(fd)
+                return old
+            self._fds[xorb_hash] = fd
+            now = time.monotonic()
+            while len(self._fds) > 256:
+                # Closing right away could race a pread another thread is doing with it
+                # (and the number could be reused): retire it, close it a while later.
+                _, victim = self._fds.popitem(last=False)
+                self._retired.append((now, victim))
+            while self._retired and now - self._retired[0][0] > 30:
+                os.close(self._retired.pop(0)[1])
+            return fd
+
     def read_raw_range(self, xorb_hash: bytes, start: int, end: int) -> bytes:
         """Serialized bytes (headers included) of chunks ``[start, end)``, unverified."""
         lay = self.layout(xorb_hash)
@@ -272,11 +312,7 @@ class LocalCAS:
                 f"chunk range [{start}, {end}) outside xorb of {lay.num_chunks} chunks"
             )
         a, b = lay.byte_offsets[start], lay.byte_offsets[end]
-        fd = os.open(self.xorb_path(xorb_hash), os.O_RDONLY)
-        try:
-            data = os.pread(fd, b - a, a)
-        finally:
-            os.close(fd)
+        data = os.pread(self._fd(xorb_hash), b - a, a)
         if len(data) != b - a:
             raise IntegrityError("xorb", to_hex(xorb_hash), "truncated on disk")
         return data

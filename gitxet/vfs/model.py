@@ -575,6 +575,9 @@ class CommitFS:
             raise ValueError(f"subdir must not contain '.' or '..': {subdir!r}")
         self._commit_hex = text
         self._source = source
+        #: True when every read only touches local disk and memory (no network): adapters
+        #: may then serve reads on their event-loop thread instead of paying a thread hop.
+        self.inline_reads = bool(getattr(source, "is_local", False))
         self._cache = cache if cache is not None else ChunkCache()
         self._max_readers = readers
         self._lock = threading.Lock()  # guards the dicts below; never held during I/O

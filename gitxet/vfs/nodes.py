@@ -55,6 +55,10 @@ class ReadOnlyFS(Protocol):
 
     Inode numbers are stable: the same commit and path always give the same number, so a
     remounted or restarted server can answer old handles. ``root_ino`` is never 0.
+
+    An implementation may also have ``inline_reads: bool``: True when ``read`` touches only
+    local disk and memory, so an adapter may call it on its event loop instead of a worker
+    thread (a thread hop costs more than such a read).
     """
 
     @property
