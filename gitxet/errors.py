@@ -214,3 +214,22 @@ class MountSpecError(MountError):
 
 class URLFormatError(FormatError, ValueError):
     """A malformed ``xet://`` URL; a ``ValueError`` too, as fsspec callers expect."""
+
+
+class DirtyWorkTreeError(GitError):
+    """The work tree has uncommitted changes to tracked files (``paths``: the first few)."""
+
+    def __init__(self, paths: list[str], count: int) -> None:
+        shown = ", ".join(paths) + (", ..." if count > len(paths) else "")
+        super().__init__(f"the work tree has {count} uncommitted change(s): {shown}")
+        self.paths = paths
+        self.count = count
+
+
+class LfsObjectMissingError(NotFoundError):
+    """A git-lfs pointer whose object (``oid``, SHA-256 hex) is not in the local LFS store."""
+
+    def __init__(self, oid: str, path: str) -> None:
+        super().__init__(f"git-lfs object {oid} for {path} is not in the local LFS store")
+        self.oid = oid
+        self.path = path
