@@ -1,0 +1,246 @@
+"""Commits opened for fsspec: cached per (repository, commit), counted, safe across fork.
+
+One :class:`CommitPool` per filesystem instance holds the repositories it opened, the
+revisions it resolved, and a :class:`~gitxet.vfs.model.CommitFS` per commit. A commit is
+immutable, so its ``CommitFS`` (parsed trees, pointer sizes, open readers) is reused by every
+path and file of that commit; a branch name is resolved once and remembered until
+:meth:`CommitPool.forget_revisions` (fsspec's ``invalidate_cache``).
+
+The data is read exactly where the mount reads it: ``open_dataset`` finds the repository's
+own store and its path remote's embedded store, and one :class:`ChunkCache` of decoded chunks
+is shared by all commits of the pool. :class:`CountingSource` sits between the readers and
+the stores, so ``FetchStats`` counts what was really read from storage (cache hits are free).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from gitxet.data.reconstruct import ChunkCache, ChunkSource, Layout
+from gitxet.errors import GitError, NotFoundError
+from gitxet.formats.shard import FileInfo
+from gitxet.repo import DatasetSource, open_dataset
+from gitxet.vfs.model import CommitFS
+
+DEFAULT_MAX_COMMITS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class FetchStats:
+    """What readers fetched from storage: decoded chunk bytes, chunks, and read calls."""
+
+    bytes: int = 0
+    chunks: int = 0
+    requests: int = 0
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bytes = self._chunks = self._requests = 0
+
+    def add(self, chunks: list[bytes]) -> None:
+        n = sum(len(c) for c in chunks)
+        with self._lock:
+            self._bytes += n
+            self._chunks += len(chunks)
+            self._requests += 1
+
+    def snapshot(self) -> FetchStats:
+        with self._lock:
+            return FetchStats(self._bytes, self._chunks, self._requests)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._bytes = self._chunks = self._requests = 0
+
+
+class CountingSource:
+    """A :class:`ChunkSource` that counts the chunk bytes it hands out."""
+
+    def __init__(self, inner: ChunkSource, counter: _Counter) -> None:
+        self.inner = inner
+        self._counter = counter
+
+    def file_info(self, file_hash: bytes) -> FileInfo | None:
+        return self.inner.file_info(file_hash)
+
+    def layout(self, xorb_hash: bytes) -> Layout:
+        return self.inner.layout(xorb_hash)
+
+    def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
+        chunks = self.inner.read_chunks(xorb_hash, start, end)
+        self._counter.add(chunks)
+        return chunks
+
+
+class Lease:
+    """A commit's filesystem in use; :meth:`CommitPool.release` it when done."""
+
+    __slots__ = ("_retired", "_users", "fs", "key", "mtime")
+
+    def __init__(self, key: tuple[str, str], fs: CommitFS) -> None:
+        self.key = key
+        self.fs = fs
+        self.mtime = fs.mtime_ns / 1e9
+        self._users = 0
+        self._retired = False
+
+
+def repo_key(repo: str) -> str:
+    """The cache key of a repository spec: an absolute path, or the URL as written."""
+    if "://" in repo:
+        return repo
+    return os.path.normpath(os.path.abspath(os.path.expanduser(repo)))
+
+
+class CommitPool:
+    """Repositories, revisions and commits opened by one filesystem instance; thread-safe."""
+
+    def __init__(self, cache_bytes: int = 64 << 20, max_commits: int = DEFAULT_MAX_COMMITS) -> None:
+        if cache_bytes < 0 or max_commits < 1:
+            raise ValueError("cache_bytes must be >= 0 and max_commits >= 1")
+        self.cache_bytes = cache_bytes
+        self.max_commits = max_commits
+        self._counter = _Counter()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()  # guards the dicts; never held during I/O
+        self._open_lock = threading.Lock()  # serializes opening repos and commits (rare, slow)
+        self._cache = ChunkCache(self.cache_bytes)
+        self._datasets: dict[str, tuple[DatasetSource, CountingSource]] = {}
+        self._revs: dict[tuple[str, str], str] = {}
+        self._commits: OrderedDict[tuple[str, str], Lease] = OrderedDict()
+
+    def _check_fork(self) -> None:
+        # A forked child (a DataLoader worker) must not share the parent's sqlite connections
+        # and git handles: start afresh, and leave the parent's objects alone (no close).
+        if os.getpid() != self._pid:
+            self._reset()
+
+    @property
+    def stats(self) -> FetchStats:
+        return self._counter.snapshot()
+
+    def reset_stats(self) -> None:
+        self._counter.reset()
+
+    def _dataset(self, repo: str) -> tuple[DatasetSource, CountingSource]:
+        key = repo_key(repo)
+        with self._lock:
+            found = self._datasets.get(key)
+        if found is not None:
+            return found
+        try:
+            ds = open_dataset(key)
+        except NotFoundError as exc:
+            raise FileNotFoundError(errno.ENOENT, f"xet: repository {repo}: {exc}") from exc
+        except GitError as exc:
+            raise FileNotFoundError(errno.ENOENT, f"xet: repository {repo}: {exc}") from exc
+        source = CountingSource(ds.chunk_source(), self._counter)
+        with self._lock:
+            return self._datasets.setdefault(key, (ds, source))
+
+    def resolve(self, repo: str, rev: str) -> str:
+        """Full commit id of ``rev`` in ``repo`` (remembered until :meth:`forget_revisions`).
+
+        Raises:
+            FileNotFoundError: no such repository or revision (the message says which).
+        """
+        self._check_fork()
+        key = (repo_key(repo), rev)
+        with self._lock:
+            sha = self._revs.get(key)
+        if sha is not None:
+            return sha
+        with self._open_lock:
+            ds, _ = self._dataset(repo)
+            try:
+                sha = ds.resolve(rev)
+            except NotFoundError as exc:
+                raise FileNotFoundError(
+                    errno.ENOENT, f"xet: no revision {rev!r} in repository {repo}"
+                ) from exc
+        with self._lock:
+            self._revs[key] = sha
+        return sha
+
+    def forget_revisions(self) -> None:
+        """Resolve branch and tag names again on next use (commits stay cached)."""
+        with self._lock:
+            self._revs.clear()
+
+    def acquire(self, repo: str, rev: str) -> Lease:
+        """The filesystem of ``rev``; the caller must :meth:`release` it."""
+        sha = self.resolve(repo, rev)
+        ds, source = self._dataset(repo)
+        key = (ds.git_dir, sha)
+        lease = self._take(key)
+        if lease is not None:
+            return lease
+        with self._open_lock:
+            lease = self._take(key)
+            if lease is not None:
+                return lease
+            try:
+                fs = CommitFS(ds.git_dir, sha, source, cache=self._cache)
+            except GitError as exc:
+                raise FileNotFoundError(
+                    errno.ENOENT, f"xet: cannot open commit {sha} of {repo}: {exc}"
+                ) from exc
+            lease = Lease(key, fs)
+            lease._users = 1
+            with self._lock:
+                self._commits[key] = lease
+                evicted: list[Lease] = []
+                while len(self._commits) > self.max_commits:
+                    evicted.append(self._commits.popitem(last=False)[1])
+                for old in evicted:
+                    old._retired = True
+                idle = [old for old in evicted if old._users == 0]
+        for old in idle:
+            old.fs.close()
+        return lease
+
+    def _take(self, key: tuple[str, str]) -> Lease | None:
+        with self._lock:
+            lease = self._commits.get(key)
+            if lease is not None:
+                self._commits.move_to_end(key)
+                lease._users += 1
+            return lease
+
+    def release(self, lease: Lease) -> None:
+        """Done with a lease; a commit evicted meanwhile is closed by its last user."""
+        with self._lock:
+            lease._users -= 1
+            close = lease._retired and lease._users == 0
+        if close:
+            lease.fs.close()
+
+    @contextmanager
+    def lease(self, repo: str, rev: str) -> Iterator[Lease]:
+        lease = self.acquire(repo, rev)
+        try:
+            yield lease
+        finally:
+            self.release(lease)
+
+    def close(self) -> None:
+        """Close every commit not in use now; those in use close when released."""
+        with self._lock:
+            leases = list(self._commits.values())
+            self._commits.clear()
+            for lease in leases:
+                lease._retired = True
+            idle = [lease for lease in leases if lease._users == 0]
+        for lease in idle:
+            lease.fs.close()
