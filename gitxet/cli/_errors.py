@@ -24,10 +24,13 @@ def describe(exc: BaseException) -> tuple[str, int]:
         return f"not found: {exc}", EXIT_NOT_FOUND
     if isinstance(exc, errors.FormatError):
         return f"malformed data: {exc}", EXIT_ERROR
+    if isinstance(exc, errors.MountError) and exc.log_tail.strip():
+        last = exc.log_tail.strip().splitlines()[-1].removeprefix("git-xet: ")
+        return f"{exc}: {last}", EXIT_ERROR
     if isinstance(exc, errors.GitxetError):
         return str(exc), EXIT_ERROR
     if isinstance(exc, FileNotFoundError):
-        return f"no such file: {exc.filename}", EXIT_NOT_FOUND
+        return f"no such file: {exc.filename or exc.strerror or exc}", EXIT_NOT_FOUND
     if isinstance(exc, IsADirectoryError):
         return f"is a directory: {exc.filename}", EXIT_ERROR
     if isinstance(exc, PermissionError):

@@ -68,6 +68,15 @@ def mount_cmd(
     mnt = os.path.abspath(mountpoint)
     if not os.path.isdir(mnt):
         raise typer.BadParameter(f"{mnt} is not a directory", param_hint="MOUNTPOINT")
+    if not foreground and not nfs:
+        # the daemon opens the commit itself: here only check that repo and commit resolve
+        from gitxet.repo import open_dataset
+
+        ds = open_dataset(repo)
+        sha = ds.resolve(commit)
+        typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
+        _start_daemon(repo, sha, mnt, subdir, allow_other, timeout)
+        return
     ds, sha, fs = _open_fs(repo, commit, subdir)
     typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
     if nfs:
@@ -76,25 +85,41 @@ def mount_cmd(
         finally:
             fs.close()
         return
-    if foreground:
-        from gitxet.mount.fuse import serve
+    from gitxet.mount.fuse import serve
 
-        try:
-            serve(fs, mnt, fsname=f"gitxet:{sha[:12]}", allow_other=allow_other)
-        finally:
-            fs.close()
-        return
+    try:
+        serve(fs, mnt, fsname=f"gitxet:{sha[:12]}", allow_other=allow_other)
+    finally:
+        fs.close()
+
+
+def _start_daemon(
+    repo: str, sha: str, mnt: str, subdir: str | None, allow_other: bool, timeout: float
+) -> None:
+    import gitxet.mount.fuse
+    import gitxet.vfs.model  # noqa: F401
     from gitxet.mount.runner import MountRecord, start_background
 
-    argv = [sys.executable, "-m", "gitxet", "mount", "--foreground", repo, sha, mnt]
-    if subdir:
-        argv += ["--subdir", subdir]
-    if allow_other:
-        argv.append("--allow-other")
+    def daemon() -> int:
+        from gitxet.cli._errors import describe
+
+        try:
+            _, _, fs = _open_fs(repo, sha, subdir)
+            from gitxet.mount.fuse import serve
+
+            try:
+                serve(fs, mnt, fsname=f"gitxet:{sha[:12]}", allow_other=allow_other)
+            finally:
+                fs.close()
+        except Exception as e:
+            print(f"git-xet: {describe(e)[0]}", file=sys.stderr, flush=True)
+            return 1
+        return 0
+
     logs = os.path.join(_state_dir(), "logs")
     os.makedirs(logs, exist_ok=True)
     log = os.path.join(logs, mnt.strip("/").replace("/", "_") + ".log")
-    proc = start_background(argv, mnt, timeout=timeout, log_path=log)
+    proc = start_background(daemon, mnt, timeout=timeout, log_path=log)
     _registry().record(
         MountRecord.for_process(proc, kind="fuse", repo=repo, commit=sha, cache_dir="")
     )

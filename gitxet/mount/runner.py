@@ -23,12 +23,13 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gitxet.errors import FormatError, MountError
 
@@ -45,7 +46,7 @@ _OCTAL_ESCAPE = re.compile(rb"\\([0-7]{3})")
 # Daemons spawned by this process, by pid. Holding the Popen objects lets us reap them (no
 # zombies in a long-lived parent such as the Docker plugin) and avoids Popen.__del__'s
 # "still running" ResourceWarning.
-_spawned: dict[int, subprocess.Popen[bytes]] = {}
+_spawned: dict[int, _Child] = {}
 # The daemon serving each mountpoint started by this process, for unmount() without a registry.
 _by_mountpoint: dict[str, MountProcess] = {}
 _spawn_lock = threading.Lock()
@@ -268,8 +269,62 @@ def _stat_answers(mountpoint: str, timeout: float) -> str | None:
     return outcome[0]
 
 
+class _Child(Protocol):
+    """What the runner needs of a daemon process (``subprocess.Popen`` or a fork)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+
+class _ForkedDaemon:
+    """A daemon forked from this process (no second interpreter start-up)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -1
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def _fork_daemon(target: Callable[[], int], log_fd: int, cwd: str | None) -> _ForkedDaemon:
+    pid = os.fork()
+    if pid:
+        return _ForkedDaemon(pid)
+    # the child: a new session, stdio to /dev/null and the log, then serve until unmounted
+    code = 1
+    try:
+        os.setsid()
+        if cwd is not None:
+            os.chdir(cwd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        code = target()
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
 def start_background(
-    argv: Sequence[str],
+    argv: Sequence[str] | Callable[[], int],
     mountpoint: str,
     *,
     timeout: float = 30.0,
@@ -291,19 +346,26 @@ def start_background(
     if not os.path.isdir(mnt):
         raise MountError(mnt, "mountpoint is not a directory")
     log_fd, log_file, offset = _open_log(log_path)
+    proc: _Child
     try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=log_fd,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-            cwd=cwd,
-            env=None if env is None else dict(env),
-        )
+        if callable(argv):
+            # fork instead of exec: the caller already paid for interpreter start-up and
+            # imports, which is most of the time to a ready mount
+            proc = _fork_daemon(argv, log_fd, cwd)
+        else:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                cwd=cwd,
+                env=None if env is None else dict(env),
+            )
     except OSError as exc:
-        raise MountError(mnt, f"cannot start the mount daemon {argv[0]!r}: {exc}") from exc
+        what = "a forked daemon" if callable(argv) else repr(argv[0])
+        raise MountError(mnt, f"cannot start the mount daemon {what}: {exc}") from exc
     finally:
         os.close(log_fd)
     with _spawn_lock:
