@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gitxet.errors import FormatError, GitxetError, MountError, MountSpecError, NotFoundError
+from gitxet.git import process
 from gitxet.mount import runner
 from gitxet.store.atomic import atomic_write
 
@@ -165,9 +166,19 @@ def resolve_local(spec: MountSpec) -> str:
     except NotFoundError as exc:
         raise MountSpecError(spec.repo, "repo", str(exc)) from None
     try:
-        return ds.resolve(spec.commit)
+        sha = ds.resolve(spec.commit)
     except NotFoundError as exc:
         raise MountSpecError(spec.repo, "commit", str(exc)) from None
+    subdir = spec.subdir.strip("/")
+    if subdir:
+        # Checked here so a missing subdir is a clear "bad subdir" before any daemon runs.
+        out = process.run_git(
+            ["cat-file", "-t", "--end-of-options", f"{sha}:{subdir}"], cwd=ds.git_dir, check=False
+        )
+        if out.strip() != b"tree":
+            what = "is not a directory" if out.strip() else "does not exist"
+            raise MountSpecError(spec.repo, "subdir", f"{subdir!r} {what} in commit {sha[:12]}")
+    return sha
 
 
 # ---- records ---------------------------------------------------------------------------------

@@ -1,0 +1,100 @@
+"""``git xet docker-plugin``: run the Docker volume plugin on a unix socket."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Annotated
+
+import typer
+
+DEFAULT_SOCKET = "/run/docker/plugins/gitxet.sock"
+DEFAULT_STATE_DIR = "/var/lib/gitxet/docker"
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``docker-plugin`` to the root app."""
+    app.command("docker-plugin")(docker_plugin_cmd)
+
+
+def docker_plugin_cmd(
+    socket_path: Annotated[
+        str,
+        typer.Option(
+            "--socket", help="Unix socket Docker finds the plugin at (its name is the driver)."
+        ),
+    ] = DEFAULT_SOCKET,
+    state_dir: Annotated[
+        str, typer.Option("--state-dir", help="Volume table, mount records, logs, node cache.")
+    ] = DEFAULT_STATE_DIR,
+    mount_root: Annotated[
+        str | None,
+        typer.Option(
+            "--mount-root",
+            help="Where volumes are mounted (default: STATE_DIR/volumes; a managed plugin "
+            "uses its propagatedMount).",
+        ),
+    ] = None,
+    mount_timeout: Annotated[
+        float, typer.Option(help="Seconds a mount may take to become ready.")
+    ] = 60.0,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Serve Docker's volume plugin protocol: read-only volumes of pinned dataset commits.
+
+    Mounts run as their own processes and outlive the plugin; a restarted plugin adopts
+    them. Example: docker volume create -d gitxet -o repo=/srv/data.git -o commit=main vol
+    """
+    import logging
+
+    from gitxet.plugins.docker_volume import PluginServer, VolumeDriver, lock_state_dir
+    from gitxet.plugins.mounter import TOKEN_ENV, SubprocessMounter
+
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper(), logging.INFO),
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    log = logging.getLogger("gitxet.plugins.docker")
+    state = os.path.abspath(state_dir)
+    lock_fd = lock_state_dir(state)
+    # The daemons get this environment (PATH, HOME for git) but never a token of ours: each
+    # volume's token is handed to its own daemon only.
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    mounter = SubprocessMounter(os.path.join(state, "mounter"), env=env)
+    driver = VolumeDriver(
+        mounter,
+        state,
+        mount_root or os.path.join(state, "volumes"),
+        mount_timeout=mount_timeout,
+    )
+    server = PluginServer(socket_path, driver)
+
+    def stop(*_: object) -> None:
+        # shutdown() waits for serve_forever() to return, so it cannot run on its thread.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, stop)
+
+    def recover() -> None:
+        failed = driver.recover()
+        log.info("recovered mounts (%d failed)", len(failed))
+
+    # Serving starts at once; volumes in use are brought back meanwhile (per-volume locks
+    # keep a Mount request and the recovery of the same volume from racing).
+    threading.Thread(target=recover, name="gitxet-recover", daemon=True).start()
+    log.info(
+        "docker volume plugin on %s (%d volumes, mounts under %s)",
+        socket_path,
+        len(driver.volumes),
+        driver.mount_root,
+    )
+    try:
+        server.serve_forever(poll_interval=0.5)
+    finally:
+        server.server_close()
+        os.close(lock_fd)
+        log.info("stopped; mounts keep serving until their volumes are unmounted")
