@@ -220,6 +220,7 @@ class XetFileSystem(AbstractFileSystem):  # type: ignore[misc]
         if mode != "rb":
             _read_only(f"open {path} with mode {mode!r}")
         url = parse_url(stringify_path(path))
+        kwargs.pop("size", None)  # fsspec's reopen() passes it; the tree knows it anyway
         lease, attrs = self.acquire_path(url)
         try:
             if attrs.kind is NodeKind.DIR:

@@ -235,10 +235,12 @@ class CommitPool:
             self.release(lease)
 
     def close(self) -> None:
-        """Close every commit not in use now; those in use close when released."""
+        """Close every commit not in use now (those in use close when released) and start a
+        new, empty chunk cache."""
         with self._lock:
             leases = list(self._commits.values())
             self._commits.clear()
+            self._cache = ChunkCache(self.cache_bytes)
             for lease in leases:
                 lease._retired = True
             idle = [lease for lease in leases if lease._users == 0]
