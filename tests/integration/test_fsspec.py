@@ -223,7 +223,7 @@ def test_old_commit_tag_and_branch_resolve(fs: XetFileSystem, dataset: dict[str,
 def test_missing_path_and_bad_repo_or_revision(
     fs: XetFileSystem, dataset: dict[str, Any], tmp_path: Path
 ) -> None:
-    with pytest.raises(FileNotFoundError, match="nope.bin"):
+    with pytest.raises(FileNotFoundError, match=r"nope\.bin"):
         fs.open(url(dataset, "main", "nope.bin"))
     with pytest.raises(FileNotFoundError):
         fs.info(url(dataset, "main", "small.txt/below"))
