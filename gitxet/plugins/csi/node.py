@@ -1,0 +1,341 @@
+"""The CSI Node service: publish a dataset commit at a pod's target path, and take it away.
+
+Every publish is one read-only mount made by the :class:`~gitxet.plugins.mounter.Mounter`
+directly at the target path. There is no NodeStageVolume step: kubelet never stages inline
+ephemeral volumes, so staging would only serve static PVs and add a bind mount per pod;
+sharing happens below the mounts instead, because every mount daemon on the node reads
+through the same content-addressed chunk cache, so pods (and commits) that share chunks
+download them once.
+
+Records under ``<state dir>`` remember which volume is published at which target (never the
+token), so that a restarted plugin can tell a repeated publish (idempotent) from a
+conflicting one, and unpublish what kubelet asks for after a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from gitxet.errors import FormatError, MountError, MountSpecError
+from gitxet.plugins.csi import csi_pb2, csi_pb2_grpc, rpc
+from gitxet.plugins.csi.volumes import (
+    CsiRequestError,
+    PublishRequest,
+    VolumeRecord,
+    VolumeRecords,
+    check_capability,
+    check_target_path,
+    check_volume_id,
+    invalid,
+    parse_publish,
+    safe_repo,
+)
+from gitxet.plugins.mounter import Mounter, MountSpec, validate_spec
+
+log = logging.getLogger("gitxet.plugins.csi")
+
+# Exit statuses of ``git-xet`` (gitxet.cli._errors), seen here as a mount daemon's status.
+_EXIT_NOT_FOUND = 4
+_EXIT_AUTH = 5
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Per-node settings: the CSI node id, the volume cap kubelet is told, mount timeout."""
+
+    node_id: str
+    max_volumes_per_node: int = 0  # 0: no limit announced
+    mount_timeout: float = 60.0
+
+
+class NodeService:
+    """Publish/unpublish logic over a Mounter, in plain Python (the gRPC adapter is below)."""
+
+    def __init__(self, mounter: Mounter, state_dir: str, config: NodeConfig) -> None:
+        if not config.node_id:
+            raise ValueError("a node id is required")
+        self.mounter = mounter
+        self.config = config
+        self.records = VolumeRecords(os.path.join(state_dir, "volumes"))
+        self._busy: set[str] = set()
+        self._busy_lock = threading.Lock()
+        self._ready = threading.Event()
+
+    # -- readiness
+
+    @property
+    def ready(self) -> bool:
+        """Whether start-up recovery has finished (Probe answers ``ready=false`` before)."""
+        return self._ready.is_set()
+
+    def recover(self) -> None:
+        """Re-adopt live mounts and remount dead ones (when the Mounter can), then be ready.
+
+        Mounts of repositories that need a token cannot be remounted here (tokens are never
+        stored); they come back when kubelet publishes the volume again.
+        """
+        try:
+            recover = getattr(self.mounter, "recover", None)
+            if callable(recover):
+                report = recover()
+                for target, why in sorted(getattr(report, "failed", {}).items()):
+                    log.warning("cannot remount %s yet: %s", target, why)
+                log.info(
+                    "recovered mounts: %d adopted, %d remounted, %d waiting",
+                    len(getattr(report, "adopted", [])),
+                    len(getattr(report, "remounted", [])),
+                    len(getattr(report, "failed", {})),
+                )
+        finally:
+            self._ready.set()
+
+    # -- per-target exclusion
+
+    @contextlib.contextmanager
+    def _exclusive(self, target: str) -> Iterator[None]:
+        # CSI lets a plugin refuse a second concurrent call on the same volume with ABORTED;
+        # the CO retries later. Blocking instead would pile up threads behind a slow mount.
+        with self._busy_lock:
+            if target in self._busy:
+                raise CsiRequestError("ABORTED", f"an operation on {target} is in progress")
+            self._busy.add(target)
+        try:
+            yield
+        finally:
+            with self._busy_lock:
+                self._busy.discard(target)
+
+    def _record(self, target: str) -> VolumeRecord | None:
+        try:
+            return self.records.get(target)
+        except FormatError as exc:
+            # A torn or foreign record must not wedge the target forever: the mounter's own
+            # records still say what is mounted there.
+            log.warning("ignoring unreadable record of %s: %s", target, exc)
+            self.records.remove(target)
+            return None
+
+    # -- publish
+
+    def publish(self, req: PublishRequest) -> None:
+        """Make ``req``'s volume readable at its target path (idempotent)."""
+        target = req.target_path
+        with self._exclusive(target):
+            rec = self._record(target)
+            if rec is not None:
+                if rec.volume_id != req.volume_id:
+                    raise CsiRequestError(
+                        "ALREADY_EXISTS", f"{target} already holds volume {rec.volume_id!r}"
+                    )
+                if rec.fingerprint != req.fingerprint:
+                    raise CsiRequestError(
+                        "ALREADY_EXISTS",
+                        f"volume {req.volume_id!r} is published at {target} with other arguments",
+                    )
+                if self.mounter.is_mounted(target):
+                    log.info("volume %s already published at %s", req.volume_id, target)
+                    return
+                log.info(
+                    "volume %s: the mount at %s is gone; mounting again", req.volume_id, target
+                )
+            spec = MountSpec(
+                repo=req.repo,
+                commit=req.commit,
+                subdir=req.subdir,
+                token=req.token,
+                cache_size=req.cache_size,
+                prefetch=req.prefetch,
+            )
+            try:
+                validate_spec(spec, target)
+            except MountSpecError as exc:
+                raise invalid(f"volume attribute {exc.field}: {exc.detail}") from None
+            created = rec.created_target if rec is not None else not os.path.lexists(target)
+            commit_sha = self._mount(req, spec, created)
+            try:
+                self.records.put(
+                    VolumeRecord(
+                        target_path=target,
+                        volume_id=req.volume_id,
+                        fingerprint=req.fingerprint,
+                        repo=safe_repo(req.repo),
+                        commit=req.commit,
+                        commit_sha=commit_sha,
+                        ephemeral=req.ephemeral,
+                        created_target=created,
+                    )
+                )
+            except OSError as exc:
+                # Without a record the publish could not be undone after a restart.
+                self._undo(target, created)
+                raise CsiRequestError("INTERNAL", f"cannot record the volume: {exc}") from None
+            log.info(
+                "published volume %s (%s at %s = %s%s) at %s",
+                req.volume_id,
+                safe_repo(req.repo),
+                req.commit,
+                commit_sha[:12],
+                f", subdir {req.subdir}" if req.subdir else "",
+                target,
+            )
+
+    def _mount(self, req: PublishRequest, spec: MountSpec, created: bool) -> str:
+        target = req.target_path
+        was_mounted = self.mounter.is_mounted(target)
+        try:
+            info = self.mounter.mount(spec, target, timeout=self.config.mount_timeout)
+        except MountSpecError as exc:
+            # The fields were checked above, so this is the repository or revision not being
+            # there: CSI's "volume does not exist".
+            self._undo(target, created, unmount=False)
+            raise CsiRequestError(
+                "NOT_FOUND", f"volume {req.volume_id!r}: {exc.field}: {exc.detail}"
+            ) from None
+        except MountError as exc:
+            if was_mounted or self.mounter.is_mounted(target):
+                # Someone else's mount (or another spec) is there; leave it alone.
+                raise CsiRequestError(
+                    "ALREADY_EXISTS", f"{target} is already mounted: {exc.reason}"
+                ) from None
+            self._undo(target, created, unmount=False)
+            raise CsiRequestError(_code_for(exc), _message_for(req, exc)) from None
+        return info.commit_sha
+
+    def _undo(self, target: str, created: bool, *, unmount: bool = True) -> None:
+        """Leave nothing behind after a failed publish."""
+        if unmount:
+            try:
+                self.mounter.unmount(target)
+            except MountError as exc:
+                log.error("cannot undo the mount at %s: %s", target, exc)
+                return
+        if created:
+            _remove_dir(target)
+
+    # -- unpublish
+
+    def unpublish(self, volume_id: str, target_path: str) -> None:
+        """Unmount ``volume_id`` from ``target_path`` and remove the directory (idempotent)."""
+        check_volume_id(volume_id)
+        target = check_target_path(target_path)
+        with self._exclusive(target):
+            rec = self._record(target)
+            if rec is not None and rec.volume_id != volume_id:
+                raise CsiRequestError(
+                    "NOT_FOUND",
+                    f"volume {volume_id!r} is not published at {target} "
+                    f"(volume {rec.volume_id!r} is)",
+                )
+            try:
+                self.mounter.unmount(target)
+            except MountError as exc:
+                raise CsiRequestError(
+                    "INTERNAL", f"cannot unmount {target}: {exc.reason}"
+                ) from None
+            self.records.remove(target)
+            _remove_dir(target)
+            log.info("unpublished volume %s from %s", volume_id, target)
+
+
+def _remove_dir(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.EBUSY):
+            # Not ours to delete (files in it, or still a mountpoint of something else).
+            log.warning("leaving %s in place: %s", path, exc.strerror)
+        elif exc.errno != errno.ENOTDIR:
+            raise
+
+
+def _code_for(exc: MountError) -> str:
+    if exc.returncode == _EXIT_NOT_FOUND:
+        return "NOT_FOUND"
+    if exc.returncode == _EXIT_AUTH:
+        return "PERMISSION_DENIED"
+    return "INTERNAL"
+
+
+def _message_for(req: PublishRequest, exc: MountError) -> str:
+    msg = f"cannot mount volume {req.volume_id!r} ({safe_repo(req.repo)} at {req.commit}): "
+    msg += exc.reason
+    tail = exc.log_tail.strip().splitlines()[-3:] if exc.log_tail else []
+    if tail:
+        msg += " | " + " | ".join(line.strip() for line in tail)
+    return msg
+
+
+# ---- gRPC adapter ----------------------------------------------------------------------------
+
+
+def _access(capability: Any) -> tuple[str | None, int, list[str]]:
+    kind = capability.WhichOneof("access_type")
+    flags = list(capability.mount.mount_flags) if kind == "mount" else []
+    return kind, int(capability.access_mode.mode), flags
+
+
+class NodeServicer(csi_pb2_grpc.NodeServicer):
+    """Translates the Node service's messages to :class:`NodeService` calls and back."""
+
+    def __init__(self, node: NodeService) -> None:
+        self.node = node
+
+    def NodePublishVolume(self, request: Any, context: Any) -> Any:
+        def run() -> Any:
+            kind, mode, flags = _access(request.volume_capability)
+            check_volume_id(request.volume_id)
+            check_target_path(request.target_path)
+            check_capability(
+                has_capability=request.HasField("volume_capability"),
+                access_type=kind,
+                mode=mode,
+                mount_flags=flags,
+            )
+            req = parse_publish(
+                volume_id=request.volume_id,
+                target_path=request.target_path,
+                readonly=request.readonly,
+                volume_context=dict(request.volume_context),
+                secrets=dict(request.secrets),
+                access_mode=mode,
+                mount_flags=flags,
+                publish_context=dict(request.publish_context),
+            )
+            self.node.publish(req)
+            return csi_pb2.NodePublishVolumeResponse()
+
+        return rpc.handle("NodePublishVolume", request, context, run)
+
+    def NodeUnpublishVolume(self, request: Any, context: Any) -> Any:
+        def run() -> Any:
+            self.node.unpublish(request.volume_id, request.target_path)
+            return csi_pb2.NodeUnpublishVolumeResponse()
+
+        return rpc.handle("NodeUnpublishVolume", request, context, run)
+
+    def NodeGetCapabilities(self, request: Any, context: Any) -> Any:
+        # Nothing to advertise: no staging (see the module docstring), no volume stats (a
+        # commit's size is in its tree, not a filesystem's free space), no expansion.
+        return rpc.handle(
+            "NodeGetCapabilities", request, context, csi_pb2.NodeGetCapabilitiesResponse, quiet=True
+        )
+
+    def NodeGetInfo(self, request: Any, context: Any) -> Any:
+        cfg = self.node.config
+        return rpc.handle(
+            "NodeGetInfo",
+            request,
+            context,
+            lambda: csi_pb2.NodeGetInfoResponse(
+                node_id=cfg.node_id, max_volumes_per_node=cfg.max_volumes_per_node
+            ),
+        )
