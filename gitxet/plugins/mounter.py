@@ -507,6 +507,8 @@ class SubprocessMounter:
                 spec = replace(rec.spec, token=token)
                 try:
                     self._stop(rec)
+                    # The pinned sha is re-checked (the repo may be gone) for a clear reason.
+                    self._resolve(replace(spec, commit=rec.commit_sha))
                     remounted.append(self._start(spec, rec.commit_sha, rec.target, timeout).info())
                 except (MountError, OSError) as exc:
                     failed[rec.target] = str(exc)

@@ -1,0 +1,329 @@
+"""The Mounter boundary: spec checks, records, resolution, and SubprocessMounter on real FUSE."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gitxet.errors import FormatError, MountError, MountSpecError
+from gitxet.mount.runner import is_mounted
+from gitxet.plugins.mounter import (
+    TOKEN_ENV,
+    Mounter,
+    MountInfo,
+    MountSpec,
+    SubprocessMounter,
+    _Record,
+    resolve_local,
+    validate_spec,
+)
+from tests.helpers.fake_mounter import FakeMounter
+from tests.helpers.fuse_env import require_fuse
+
+TOKEN = "tok-3f9a1c77e2-never-show-me"
+
+
+def git(*args: str, cwd: Path) -> str:
+    r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> tuple[str, str]:
+    """A bare repo with small plain files on main: (path, sha of main)."""
+    work, bare = tmp_path / "work", tmp_path / "data.git"
+    git("init", "-q", str(work), cwd=tmp_path)
+    (work / "sub").mkdir()
+    (work / "sub" / "a.txt").write_text("alpha\n")
+    (work / "top.txt").write_text("top\n")
+    git("add", ".", cwd=work)
+    git("commit", "-q", "-m", "one", cwd=work)
+    git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp_path)
+    return str(bare), git("rev-parse", "HEAD", cwd=work)
+
+
+# ---- specs -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        (MountSpec("", "main"), "repo"),
+        (MountSpec("  ", "main"), "repo"),
+        (MountSpec("/r", ""), "commit"),
+        (MountSpec("/r", "--upload-pack=x"), "commit"),
+        (MountSpec("/r", "main", subdir="/abs"), "subdir"),
+        (MountSpec("/r", "main", subdir="a/../b"), "subdir"),
+        (MountSpec("/r", "main", subdir="a//b"), "subdir"),
+        (MountSpec("/r", "main\n"), "commit"),
+        (MountSpec("/r\0", "main"), "repo"),
+        (MountSpec("/r", "main", cache_size="lots"), "cache_size"),
+        (MountSpec("/r", "main", token=" "), "token"),
+        (MountSpec("/r" * 3000, "main"), "repo"),
+    ],
+)
+def test_validate_spec_names_the_bad_field(spec: MountSpec, field: str) -> None:
+    with pytest.raises(MountSpecError) as exc:
+        validate_spec(spec, "/mnt/x")
+    assert exc.value.field == field
+    assert exc.value.mountpoint == "/mnt/x"
+
+
+def test_validate_spec_accepts_good_specs() -> None:
+    for spec in (
+        MountSpec("/srv/d.git", "main"),
+        MountSpec("file:///srv/d.git", "a" * 40, subdir="train/images/", cache_size="10GiB"),
+        MountSpec("https://hub/x", "v1.0", token="t", cache_size="512M", prefetch="16M"),
+    ):
+        validate_spec(spec)
+
+
+def test_token_is_not_in_repr_and_without_token_drops_it() -> None:
+    spec = MountSpec("/r", "main", token=TOKEN)
+    assert TOKEN not in repr(spec)
+    assert spec.without_token().token is None
+    assert spec.without_token() == MountSpec("/r", "main")
+
+
+def test_fake_mounter_satisfies_the_protocol() -> None:
+    fake: Mounter = FakeMounter({"/r": {"main": "b" * 40}})
+    info = fake.mount(MountSpec("/r", "main", token=TOKEN), "/mnt/v")
+    assert info == MountInfo("/mnt/v", MountSpec("/r", "main"), "b" * 40, info.pid)
+    assert fake.is_mounted("/mnt/v") and fake.list() == [info]
+    fake.unmount("/mnt/v")
+    fake.unmount("/mnt/v")
+    assert fake.list() == []
+
+
+# ---- resolution --------------------------------------------------------------------------------
+
+
+def test_resolve_local(repo: tuple[str, str], tmp_path: Path) -> None:
+    path, sha = repo
+    assert resolve_local(MountSpec(path, "main")) == sha
+    assert resolve_local(MountSpec("file://" + path, sha[:10], subdir="sub")) == sha
+    cases = [
+        (MountSpec(str(tmp_path / "nope.git"), "main"), "repo"),
+        (MountSpec(str(tmp_path), "main"), "repo"),
+        (MountSpec(path, "no-such-branch"), "commit"),
+        (MountSpec(path, "main", subdir="missing"), "subdir"),
+        (MountSpec(path, "main", subdir="top.txt"), "subdir"),
+        (MountSpec("https://example.invalid/x.git", "main"), "repo"),
+    ]
+    for spec, field in cases:
+        with pytest.raises(MountSpecError) as exc:
+            resolve_local(spec)
+        assert exc.value.field == field, (spec, exc.value)
+
+
+# ---- records -----------------------------------------------------------------------------------
+
+
+def _record() -> _Record:
+    return _Record(
+        target="/mnt/v",
+        spec=MountSpec("/r", "main", subdir="s", cache_size="1G", prefetch=None),
+        commit_sha="c" * 40,
+        pid=os.getpid(),
+        start_time=1,
+        log_path="/tmp/l",
+        started_at=1.5,
+    )
+
+
+def test_record_round_trip_and_strict_parse() -> None:
+    rec = _record()
+    data = rec.to_json()
+    assert _Record.from_json(data, "r") == rec
+    body = json.loads(data)
+    bad: list[bytes] = [
+        data[: len(data) // 2],
+        b"[]",
+        b"\xff",
+        json.dumps({**body, "version": 2}).encode(),
+        json.dumps({**body, "token": "x"}).encode(),
+        json.dumps({k: v for k, v in body.items() if k != "pid"}).encode(),
+        json.dumps({**body, "pid": "12"}).encode(),
+        json.dumps({**body, "pid": True}).encode(),
+        json.dumps({**body, "pid": 0}).encode(),
+        json.dumps({**body, "commit_sha": "main"}).encode(),
+        json.dumps({**body, "target": "rel/path"}).encode(),
+        b" " * (70 * 1024),
+    ]
+    for blob in bad:
+        with pytest.raises(FormatError):
+            _Record.from_json(blob, "r")
+
+
+# ---- SubprocessMounter without FUSE: daemons that fail ---------------------------------------
+
+
+def test_daemon_that_exits_is_a_mount_error_and_leaves_nothing(
+    tmp_path: Path, repo: tuple[str, str]
+) -> None:
+    prog = (sys.executable, "-c", "import sys; print('boom: no fuse today'); sys.exit(3)")
+    m = SubprocessMounter(str(tmp_path / "state"), program=prog, env=dict(os.environ))
+    target = str(tmp_path / "mnt")
+    with pytest.raises(MountError) as exc:
+        m.mount(MountSpec(repo[0], "main"), target, timeout=20)
+    assert exc.value.returncode == 3
+    assert "boom: no fuse today" in exc.value.log_tail
+    assert m.list() == [] and m.get(target) is None and not m.is_mounted(target)
+    assert not is_mounted(target)
+
+
+def test_daemon_that_never_mounts_times_out_and_is_killed(
+    tmp_path: Path, repo: tuple[str, str]
+) -> None:
+    marker = tmp_path / "pid"
+    code = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    m = SubprocessMounter(str(tmp_path / "state"), program=(sys.executable, "-c", code))
+    t0 = time.monotonic()
+    with pytest.raises(MountError, match="did not appear"):
+        m.mount(MountSpec(repo[0], "main"), str(tmp_path / "mnt"), timeout=1.0)
+    assert time.monotonic() - t0 < 15
+    pid = int(marker.read_text())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists(), "the stuck daemon was not killed"
+    assert m.list() == []
+
+
+def test_bad_input_starts_no_daemon(tmp_path: Path, repo: tuple[str, str]) -> None:
+    ran = tmp_path / "ran"
+    prog = (sys.executable, "-c", f"open({str(ran)!r}, 'w')")
+    m = SubprocessMounter(str(tmp_path / "state"), program=prog)
+    target = str(tmp_path / "mnt")
+    for spec, field in (
+        (MountSpec(str(tmp_path / "nope"), "main"), "repo"),
+        (MountSpec(repo[0], "nope"), "commit"),
+        (MountSpec(repo[0], "main", subdir="nope"), "subdir"),
+        (MountSpec(repo[0], ""), "commit"),
+    ):
+        with pytest.raises(MountSpecError) as exc:
+            m.mount(spec, target)
+        assert exc.value.field == field
+        assert exc.value.mountpoint == target
+    assert not ran.exists()
+    assert m.list() == []
+
+
+# ---- SubprocessMounter on real FUSE ------------------------------------------------------------
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.fuse
+def test_mount_share_restart_recover_unmount(tmp_path: Path, repo: tuple[str, str]) -> None:
+    require_fuse()
+    path, sha = repo
+    state = str(tmp_path / "state")
+    env = {**os.environ, TOKEN_ENV: "inherited-token-must-not-leak"}
+    m = SubprocessMounter(state, env=env)
+    target = str(tmp_path / "mnt")
+    spec = MountSpec(path, "main", token=TOKEN, cache_size="1GiB")
+    pids: list[int] = []
+    try:
+        info = m.mount(spec, target, timeout=30)
+        pids.append(info.pid)
+        assert info.commit_sha == sha and info.spec == spec.without_token()
+        assert Path(target, "sub", "a.txt").read_text() == "alpha\n"
+        # the same spec again is the same mount; another spec there is refused
+        assert m.mount(MountSpec(path, sha, cache_size="1GiB"), target) == info
+        with pytest.raises(MountError, match="another spec"):
+            m.mount(MountSpec(path, "main", subdir="sub"), target)
+        assert m.list() == [info] and m.is_mounted(target)
+
+        # the token reaches the daemon through its environment only
+        environ = Path(f"/proc/{info.pid}/environ").read_bytes().split(b"\0")
+        assert f"{TOKEN_ENV}={TOKEN}".encode() in environ
+        assert b"GITXET_CACHE_SIZE=1GiB" in environ
+        assert TOKEN.encode() not in Path(f"/proc/{info.pid}/cmdline").read_bytes()
+        for f in Path(state).rglob("*"):
+            if f.is_file():
+                assert TOKEN.encode() not in f.read_bytes(), f
+
+        # a new mounter on the same state (a restarted plugin) adopts the live mount
+        m2 = SubprocessMounter(state, env=env)
+        assert m2.list() == [info]
+        report = m2.recover()
+        assert report.adopted == [info] and not report.remounted and not report.failed
+
+        # the daemon dies: the mount is no longer "mounted"; recover brings it back
+        os.kill(info.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while m2.is_mounted(target) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not m2.is_mounted(target) and m2.list() == []
+        assert m2.get(target) == info  # the record stays for recovery
+        report = m2.recover({target: TOKEN})
+        assert not report.failed and len(report.remounted) == 1
+        new = report.remounted[0]
+        pids.append(new.pid)
+        assert new.pid != info.pid and new.commit_sha == sha
+        assert Path(target, "top.txt").read_text() == "top\n"
+        assert f"{TOKEN_ENV}={TOKEN}".encode() in Path(f"/proc/{new.pid}/environ").read_bytes()
+
+        m2.unmount(target)
+        m2.unmount(target)  # idempotent
+        assert not is_mounted(target) and m2.list() == [] and m2.get(target) is None
+        deadline = time.monotonic() + 10
+        while _pid_alive(new.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _pid_alive(new.pid)
+    finally:
+        for pid in pids:
+            if _pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if is_mounted(target):
+            subprocess.run(["fusermount3", "-u", "-z", target], check=False, timeout=10)
+
+
+@pytest.mark.fuse
+def test_remount_of_a_vanished_repo_fails_and_keeps_the_record(
+    tmp_path: Path, repo: tuple[str, str]
+) -> None:
+    require_fuse()
+    path, _ = repo
+    state = str(tmp_path / "state")
+    m = SubprocessMounter(state, env={**os.environ, TOKEN_ENV: "plugin-own-token"})
+    target = str(tmp_path / "mnt")
+    info = m.mount(MountSpec(path, "main", subdir="sub"), target, timeout=30)
+    try:
+        assert sorted(os.listdir(target)) == ["a.txt"]
+        # a spec without a token gets none, not the one in the mounter's own environment
+        assert TOKEN_ENV.encode() not in Path(f"/proc/{info.pid}/environ").read_bytes()
+        os.kill(info.pid, signal.SIGKILL)
+        os.rename(path, path + ".moved")
+        deadline = time.monotonic() + 10
+        while m.is_mounted(target) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        report = SubprocessMounter(state, env=dict(os.environ)).recover()
+        assert list(report.failed) == [target]
+        assert "repo: " in report.failed[target] and "no such repository" in report.failed[target]
+        assert not is_mounted(target), "a dead mount was left behind"
+        assert m.get(target) is not None  # kept, so a later recover can retry
+        os.rename(path + ".moved", path)
+        report = m.recover()
+        assert not report.failed and len(report.remounted) == 1
+        assert sorted(os.listdir(target)) == ["a.txt"]
+    finally:
+        m.unmount(target)
+        if _pid_alive(info.pid):
+            os.kill(info.pid, signal.SIGKILL)
+    assert not is_mounted(target)
