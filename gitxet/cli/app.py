@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 import gitxet
-from gitxet.cli import _errors, gitcmds, mountcmds, plumbing, serve
+from gitxet.cli import _errors, gitcmds, hooks, migrate, mountcmds, plumbing, serve
 
 app = typer.Typer(
     name="git-xet",
@@ -49,6 +49,8 @@ plumbing.register(app)
 gitcmds.register(app)
 mountcmds.register(app)
 serve.register(app)
+migrate.register(app)
+hooks.register(app)
 
 
 def main() -> None:
