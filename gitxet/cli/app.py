@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 import gitxet
-from gitxet.cli import _errors, gitcmds, hooks, migrate, mountcmds, plumbing, serve
+from gitxet.cli import _errors, csi, gitcmds, hooks, migrate, mountcmds, plumbing, serve
 
 app = typer.Typer(
     name="git-xet",
@@ -51,6 +51,7 @@ mountcmds.register(app)
 serve.register(app)
 migrate.register(app)
 hooks.register(app)
+csi.register(app)
 
 
 def main() -> None:
