@@ -419,3 +419,21 @@ def test_gitxet_open_and_ls(dataset: dict[str, Any], monkeypatch: pytest.MonkeyP
     with gitxet.open(rel, "main", "nested/deep/notes.md", "r", encoding="utf-8") as t:
         assert t.read() == "# notes\n"
     assert gitxet.ls(remote, "main", "small.txt") == ["small.txt"]
+
+
+def test_evicted_commit_stays_open_for_its_files(dataset: dict[str, Any]) -> None:
+    fs = XetFileSystem(skip_instance_cache=True, max_commits=1, cache_bytes=(1 << 20) + 1)
+    pool = fs._pool
+    try:
+        f = fs.open(url(dataset, dataset["first"], "table.csv"))
+        old = f._lease.fs
+        assert fs.cat_file(url(dataset, "main", "small.txt")) == b"hello\n"  # evicts first
+        assert [k[1] for k in pool._commits] == [dataset["second"]]
+        assert f.read() == dataset["v1"]["table.csv"]  # still served by the evicted commit
+        assert not old._git._closed
+        f.close()
+        assert old._git._closed  # closed by its last user
+        with fs.open(url(dataset, dataset["first"], "table.csv")) as g:  # opened afresh
+            assert g.read(10) == dataset["v1"]["table.csv"][:10]
+    finally:
+        fs.close()
