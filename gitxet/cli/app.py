@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 import gitxet
-from gitxet.cli import _errors, csi, gitcmds, hooks, migrate, mountcmds, plumbing, serve
+from gitxet.cli import _errors, csi, gitcmds, hooks, migrate, mountcmds, plugins, plumbing, serve
 
 app = typer.Typer(
     name="git-xet",
@@ -52,6 +52,7 @@ serve.register(app)
 migrate.register(app)
 hooks.register(app)
 csi.register(app)
+plugins.register(app)
 
 
 def main() -> None:

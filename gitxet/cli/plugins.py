@@ -42,10 +42,11 @@ def docker_plugin_cmd(
     ] = 60.0,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
-    """Serve Docker's volume plugin protocol: read-only volumes of pinned dataset commits.
+    """Docker volume plugin: containers mount dataset commits read-only.
 
-    Mounts run as their own processes and outlive the plugin; a restarted plugin adopts
-    them. Example: docker volume create -d gitxet -o repo=/srv/data.git -o commit=main vol
+    Volume options: repo, commit (pinned at create), subdir, token or token_file,
+    cache_size, prefetch. Mounts run as their own processes and outlive the plugin; a
+    restarted plugin adopts them. See docs/operations/docker.md.
     """
     import logging
 
