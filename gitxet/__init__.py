@@ -11,7 +11,7 @@ import importlib
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "ls", "open"]
+__all__ = ["__version__"]  # not open/ls: a star import must not replace builtins.open
 
 
 def __getattr__(name: str) -> Any:

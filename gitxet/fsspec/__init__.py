@@ -3,9 +3,12 @@
 Registered with fsspec through the ``fsspec.specs`` entry point, so ``fsspec.open("xet://...")``
 works without importing gitxet. An adapter like the mount: it sits on ``gitxet.repo`` and
 ``gitxet.vfs`` and never imports ``gitxet.mount`` or ``gitxet.server``.
+
+``gitxet.open`` and ``gitxet.ls`` live in :mod:`gitxet.fsspec.api`; they are not exported
+here, so that a star import never replaces the builtin ``open``.
 """
 
-from gitxet.fsspec.api import ls, open, xet_url
+from gitxet.fsspec.api import xet_url
 from gitxet.fsspec.file import AdaptiveReadahead, XetFile
 from gitxet.fsspec.filesystem import XetFileSystem
 from gitxet.fsspec.sources import FetchStats
@@ -18,8 +21,6 @@ __all__ = [
     "XetFileSystem",
     "XetURL",
     "format_url",
-    "ls",
-    "open",
     "parse_url",
     "xet_url",
 ]
