@@ -171,29 +171,58 @@ class GitHttpBackend:
             env=env,
         )
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        # stdout is pumped into a bounded queue from the start, so git never blocks on a
+        # full pipe while we are still feeding it the request body. The whole body is fed
+        # before the response starts: the ASGI server may then listen for a disconnect
+        # without racing this code for the request's body messages.
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=64)
+
+        async def pump() -> None:
+            assert proc.stdout is not None
+            while True:
+                part = await proc.stdout.read(_READ_CHUNK)
+                await queue.put(part or None)
+                if not part:
+                    return
+
         feeder = asyncio.create_task(self._feed(proc, body))
+        pumper = asyncio.create_task(pump())
         errors = asyncio.create_task(proc.stderr.read())
-        try:
-            raw = await proc.stdout.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+
+        async def abort() -> None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
             feeder.cancel()
-            err = (await errors).decode("utf-8", "replace").strip()
-            log.warning("git http-backend produced no headers: %s", err[:300])
-            raise GitError("git http-backend failed") from None
+            pumper.cancel()
+
+        buf = b""
+        try:
+            while b"\r\n\r\n" not in buf:
+                part = await queue.get()
+                if part is None:
+                    await abort()
+                    err = (await errors).decode("utf-8", "replace").strip()
+                    log.warning("git http-backend produced no headers: %s", err[:300])
+                    raise GitError("git http-backend failed")
+                buf += part
+                if len(buf) > 64 * 1024:
+                    await abort()
+                    raise GitError("git http-backend sent oversized headers")
+            await feeder
+        except BaseException:
+            await abort()
+            raise
+        raw, _, first = buf.partition(b"\r\n\r\n")
         status, out_headers = _parse_cgi_headers(raw)
         receive = path_suffix == "/git-receive-pack"
 
         async def stream() -> AsyncIterator[bytes]:
             try:
-                while True:
-                    part = await proc.stdout.read(_READ_CHUNK)  # type: ignore[union-attr]
-                    if not part:
-                        break
+                if first:
+                    yield first
+                while (part := await queue.get()) is not None:
                     yield part
-                await feeder
                 await proc.wait()
                 err = (await errors).decode("utf-8", "replace").strip()
                 if err:
@@ -202,10 +231,8 @@ class GitHttpBackend:
                     await self._fix_unborn_head(name)
             finally:
                 if proc.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.kill()
-                    await proc.wait()
-                feeder.cancel()
+                    await abort()
+                pumper.cancel()
 
         return CgiResponse(status, out_headers, stream())
 
