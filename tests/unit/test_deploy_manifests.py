@@ -10,14 +10,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
 import gitxet
 from gitxet.plugins.csi.identity import DRIVER_NAME
 from gitxet.plugins.csi.volumes import ATTRIBUTES
-
-kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "kubernetes"
