@@ -54,7 +54,6 @@ class IdentityServicer(csi_pb2_grpc.IdentityServicer):
             lambda: csi_pb2.GetPluginInfoResponse(
                 name=self.name, vendor_version=self.version, manifest=self.manifest
             ),
-            quiet=True,
         )
 
     def GetPluginCapabilities(self, request: Any, context: Any) -> Any:
@@ -63,7 +62,6 @@ class IdentityServicer(csi_pb2_grpc.IdentityServicer):
             request,
             context,
             csi_pb2.GetPluginCapabilitiesResponse,
-            quiet=True,
         )
 
     def Probe(self, request: Any, context: Any) -> Any:
@@ -76,4 +74,4 @@ class IdentityServicer(csi_pb2_grpc.IdentityServicer):
                 raise CsiRequestError("FAILED_PRECONDITION", f"unhealthy: {exc}") from exc
             return csi_pb2.ProbeResponse(ready={"value": bool(ready)})
 
-        return rpc.handle("Probe", request, context, answer, quiet=True)
+        return rpc.handle("Probe", request, context, answer)

@@ -140,7 +140,7 @@ class NodeService:
                         f"volume {req.volume_id!r} is published at {target} with other arguments",
                     )
                 if self.mounter.is_mounted(target):
-                    log.info("volume %s already published at %s", req.volume_id, target)
+                    log.debug("volume %s already published at %s", req.volume_id, target)
                     return
                 log.info(
                     "volume %s: the mount at %s is gone; mounting again", req.volume_id, target
@@ -326,7 +326,7 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
         # Nothing to advertise: no staging (see the module docstring), no volume stats (a
         # commit's size is in its tree, not a filesystem's free space), no expansion.
         return rpc.handle(
-            "NodeGetCapabilities", request, context, csi_pb2.NodeGetCapabilitiesResponse, quiet=True
+            "NodeGetCapabilities", request, context, csi_pb2.NodeGetCapabilitiesResponse
         )
 
     def NodeGetInfo(self, request: Any, context: Any) -> Any:

@@ -95,19 +95,18 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
-def handle(
-    method: str, request: Any, context: Any, fn: Callable[[], T], *, quiet: bool = False
-) -> T:
+def handle(method: str, request: Any, context: Any, fn: Callable[[], T]) -> T:
     """Run one RPC: log it (redacted), map :class:`CsiRequestError` to its status code.
 
     Anything else escaping ``fn`` is a bug or an environment failure: it is logged with its
-    type and answered with INTERNAL, never with a traceback to the caller. ``quiet`` logs
-    success at DEBUG only (for the calls sidecars repeat every few seconds, such as Probe).
+    type and answered with INTERNAL, never with a traceback to the caller. Calls and their
+    success are logged at DEBUG (kubelet republishes every volume each sync period and the
+    sidecars probe every few seconds); failures at WARNING, and what a call changed is
+    logged by the service at INFO.
     """
     secrets = secret_values(request)
     started = time.monotonic()
-    level = logging.DEBUG if quiet else logging.INFO
-    log.log(level, "%s %s", method, _describe_safely(request))
+    log.debug("%s %s", method, _describe_safely(request))
     try:
         result = fn()
     except CsiRequestError as exc:
@@ -123,5 +122,5 @@ def handle(
         log.error("%s failed after %.2fs: internal error: %s", method, took, msg)
         context.abort(grpc.StatusCode.INTERNAL, f"internal error: {msg}")
         raise AssertionError("unreachable: context.abort raises") from None
-    log.log(level, "%s ok in %.2fs", method, time.monotonic() - started)
+    log.debug("%s ok in %.2fs", method, time.monotonic() - started)
     return result
