@@ -83,8 +83,8 @@ class Backend(ABC):
         """Whether ``key`` holds an object."""
 
     @abstractmethod
-    def list(self, prefix: str) -> Iterator[str]:
-        """Keys that start with ``prefix``, in lexicographic order."""
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
+        """Keys that start with ``prefix`` (and sort after ``start_after``), in order."""
 
     @abstractmethod
     def delete(self, key: str) -> None:
@@ -184,7 +184,7 @@ class LocalBackend(Backend):
     def exists(self, key: str) -> bool:
         return os.path.exists(self._path(key))
 
-    def list(self, prefix: str) -> Iterator[str]:
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
         # Walk only the directory the prefix names; keys are "dir/dir/name".
         head, _, _ = prefix.rpartition("/")
         base = os.path.join(self.root, *head.split("/")) if head else self.root
@@ -196,7 +196,7 @@ class LocalBackend(Backend):
                 if name.startswith("."):
                     continue
                 key = name if rel == "." else f"{rel.replace(os.sep, '/')}/{name}"
-                if key.startswith(prefix):
+                if key.startswith(prefix) and (start_after is None or key > start_after):
                     out.append(key)
         yield from sorted(out)
 
@@ -316,11 +316,12 @@ class S3Backend(Backend):
                 return False
             raise err from None
 
-    def list(self, prefix: str) -> Iterator[str]:
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
+        kw: dict[str, str] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
+        if start_after is not None:
+            kw["StartAfter"] = self.prefix + start_after
         try:
-            pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self.prefix + prefix
-            )
+            pages = self.client.get_paginator("list_objects_v2").paginate(**kw)
             for page in pages:
                 for obj in page.get("Contents", ()):
                     yield str(obj["Key"])[len(self.prefix) :]

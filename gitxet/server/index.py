@@ -5,8 +5,12 @@ global-dedup-eligible chunk, and where each chunk of a xorb sits (its layout, re
 xorb's footer). All of it is derived from the backend, so a process may start empty, and
 several processes on one bucket stay consistent without talking to each other:
 
-* on a miss (a file or chunk another replica registered), :meth:`CasIndex.refresh` lists the
-  bucket's shards and indexes the new ones, at most once per ``refresh_interval`` seconds;
+* every registered shard also gets an empty marker ``shard-log/<unix ns>-<name>``; a refresh
+  lists only the markers newer than the last one seen (minus a clock-skew window), so it
+  costs one small LIST however many shards the bucket holds;
+* a file lookup that misses waits for a refresh that *started after* the miss, so a file
+  registered through another replica is always found; dedup lookups (best effort, and
+  frequent) refresh at most once per ``refresh_interval`` seconds;
 * xorb existence and layouts are read from the backend directly and cached forever, since
   stored objects never change.
 
@@ -35,6 +39,10 @@ __all__ = ["CasIndex", "shard_key", "xorb_key"]
 
 XORB_PREFIX = "xorbs/default/"
 SHARD_PREFIX = "shards/"
+LOG_PREFIX = "shard-log/"
+#: Markers up to this much older than the newest one seen are listed again, so a replica
+#: whose clock lags cannot hide a shard from the others.
+SKEW_NS = 300 * 10**9
 _FOOTER_PROBE = 16 * 1024
 
 
@@ -46,6 +54,12 @@ def xorb_key(xorb_hash: bytes) -> str:
 def shard_key(name: str) -> str:
     """Backend key of a shard named by the Xet hex of its content hash."""
     return f"{SHARD_PREFIX}{name}.shard"
+
+
+def log_key(name: str, now_ns: int | None = None) -> str:
+    """Backend key of the time-ordered marker written after a shard is stored."""
+    t = time.time_ns() if now_ns is None else now_ns
+    return f"{LOG_PREFIX}{t:020d}-{name}"
 
 
 def _eligible(h: bytes) -> bool:
@@ -91,6 +105,7 @@ class CasIndex:
         self._layouts: _LRU[bytes, XorbLayout] = _LRU(8192)
         self._shard_cache: _LRU[str, shardfmt.Shard] = _LRU(cache_shards)
         self._last_refresh = float("-inf")
+        self._log_mark: str | None = None  # newest marker seen; None: no full listing yet
 
     # ---- shards ---------------------------------------------------------------------------
 
@@ -142,20 +157,37 @@ class CasIndex:
             self._shard_cache.put(name, s)
         return s
 
-    def refresh(self, *, force: bool = False) -> int:
+    def refresh(self, *, force: bool = False, since: float | None = None) -> int:
         """Index shards other processes stored since the last refresh; returns how many.
 
-        Without ``force`` this does nothing if the last refresh was less than
-        ``refresh_interval`` seconds ago, so a burst of misses costs one listing.
+        Without ``force`` or ``since`` this does nothing if the last refresh began less than
+        ``refresh_interval`` seconds ago, so a burst of misses costs one listing. With
+        ``since`` (a ``time.monotonic()`` value) it makes sure a refresh began after then.
         """
         with self._refresh_lock:
             now = time.monotonic()
-            if not force and now - self._last_refresh < self.refresh_interval:
+            if since is not None:
+                if self._last_refresh >= since:
+                    return 0
+            elif not force and now - self._last_refresh < self.refresh_interval:
                 return 0
             self._last_refresh = now
+            if self._log_mark is None:
+                names = [
+                    k[len(SHARD_PREFIX) :].removesuffix(".shard")
+                    for k in self.backend.list(SHARD_PREFIX)
+                ]
+                marks = list(self.backend.list(LOG_PREFIX))
+                self._log_mark = marks[-1] if marks else ""
+            else:
+                start = self._log_mark[len(LOG_PREFIX) :].partition("-")[0]
+                after = LOG_PREFIX + f"{max(0, int(start or 0) - SKEW_NS):020d}"
+                names = []
+                for k in self.backend.list(LOG_PREFIX, start_after=after):
+                    names.append(k.rpartition("-")[2])
+                    self._log_mark = max(self._log_mark, k)
             new = 0
-            for key in self.backend.list(SHARD_PREFIX):
-                name = key[len(SHARD_PREFIX) :].removesuffix(".shard")
+            for name in names:
                 if not is_hex(name) or self.has_shard(name):
                     continue
                 try:
@@ -171,6 +203,8 @@ class CasIndex:
             self._files.clear()
             self._chunks.clear()
             self._shards.clear()
+        with self._refresh_lock:
+            self._log_mark = None
         return self.refresh(force=True)
 
     # ---- lookups ----------------------------------------------------------------------------
@@ -178,6 +212,7 @@ class CasIndex:
     def file_info(self, file_hash: bytes) -> shardfmt.FileInfo | None:
         """The stored reconstruction of a file, looking in the backend on a miss."""
         for attempt in range(2):
+            missed = time.monotonic()
             with self._lock:
                 name = self._files.get(file_hash)
             if name is not None:
@@ -185,8 +220,8 @@ class CasIndex:
                     if f.file_hash == file_hash:
                         return f
                 return None
-            if attempt == 0 and not self.refresh():
-                return None
+            if attempt == 0:
+                self.refresh(since=missed)
         return None
 
     def xorb_for_chunk(self, chunk_hash: bytes) -> bytes | None:

@@ -30,7 +30,7 @@ from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import ZERO_HASH, chunk_hash, file_hash, to_hex, verification_hash
 from gitxet.remote.protocol import FetchInfo, Reconstruction, Term
 from gitxet.server.backends import Backend
-from gitxet.server.index import CasIndex, shard_key, xorb_key
+from gitxet.server.index import CasIndex, log_key, shard_key, xorb_key
 from gitxet.store.cas import XorbLayout
 
 __all__ = ["CasService"]
@@ -126,6 +126,9 @@ class CasService:
         name = to_hex(chunk_hash(data))
         key = shard_key(name)
         created = self.backend.put(key, bytes(data), if_absent=True)
+        if created:
+            # After the shard itself: a replica that sees the marker can read the shard.
+            self.backend.put(log_key(name), b"")
         self.index.register(name, shard)
         return created
 
