@@ -149,7 +149,7 @@ class TokenStore:
 
     def list(self) -> list[TokenRecord]:
         """Every token record, oldest first."""
-        return sorted(self._read().values(), key=lambda r: (r.created, r.id))
+        return sorted(self._read().values(), key=lambda r: r.created)  # stable: file order
 
     def revoke(self, token_id: str) -> bool:
         """Delete a token by id; ``False`` if there was none."""
