@@ -478,3 +478,52 @@ def test_one_plugin_per_state_dir_and_socket(tmp_path: Path) -> None:
     left.close()
     server = PluginServer(p.sock, p.driver)
     server.server_close()
+
+
+# ---- packaging -----------------------------------------------------------------------------
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "docker"
+
+
+def _plugin_options() -> set[str]:
+    import typer.main
+
+    from gitxet.cli.app import app
+
+    group = typer.main.get_command(app)
+    cmd = group.commands["docker-plugin"]  # type: ignore[attr-defined]
+    return {opt for p in cmd.params for opt in p.opts}
+
+
+def _flags(argv: list[str]) -> dict[str, str]:
+    assert all(a.startswith("--") for a in argv[::2]), argv
+    return dict(zip(argv[::2], argv[1::2], strict=True))
+
+
+def test_managed_plugin_config_matches_the_cli() -> None:
+    config = json.loads((DEPLOY / "config.json").read_text())
+    assert config["interface"]["types"] == ["docker.volumedriver/1.0"]
+    entry = config["entrypoint"]
+    flags = _flags(entry[1:])
+    assert set(flags) <= _plugin_options()
+    assert flags["--socket"] == "/run/docker/plugins/" + config["interface"]["socket"]
+    assert flags["--mount-root"] == config["propagatedMount"]
+    assert any(m["destination"] == flags["--state-dir"] for m in config["mounts"])
+    assert config["linux"]["capabilities"] == ["CAP_SYS_ADMIN"]
+    assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/fuse"]
+    assert config["linux"]["allowAllDevices"] is False
+    # the entrypoint is the supervisor the Dockerfile installs, and it runs docker-plugin
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert f"COPY deploy/docker/supervise.sh {entry[0]}" in dockerfile
+    assert "git-xet docker-plugin" in (DEPLOY / "supervise.sh").read_text()
+    for path in (flags["--mount-root"], flags["--state-dir"], "/run/docker/plugins"):
+        assert path in dockerfile
+
+
+def test_systemd_unit_keeps_the_daemons_alive() -> None:
+    unit = (DEPLOY / "gitxet-docker-plugin.service").read_text()
+    exec_start = next(ln for ln in unit.splitlines() if ln.startswith("ExecStart="))
+    argv = exec_start.removeprefix("ExecStart=").split()
+    assert argv[1] == "docker-plugin"
+    assert set(_flags(argv[2:])) <= _plugin_options()
+    assert "KillMode=process" in unit.splitlines()
