@@ -459,20 +459,22 @@ class VolumeDriver:
     def get(self, name: Any) -> dict[str, Any]:
         """``/VolumeDriver.Get``."""
         vol = self._get(name)
-        return self._describe(vol, with_status=True)
+        return {
+            "Name": vol.name,
+            "Mountpoint": self.path(vol.name),
+            "CreatedAt": _iso(vol.created_at),
+            "Status": vol.status(),
+        }
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """``/VolumeDriver.List``."""
         with self._lock:
             vols = [self.volumes[n] for n in sorted(self.volumes)]
-        return [self._describe(v, with_status=False) for v in vols]
-
-    def _describe(self, vol: Volume, *, with_status: bool) -> dict[str, Any]:
-        out: dict[str, Any] = {"Name": vol.name, "Mountpoint": self.path(vol.name)}
-        if with_status:
-            out["CreatedAt"] = _iso(vol.created_at)
-            out["Status"] = vol.status()
-        return out
+        live = {info.target for info in self.mounter.list()}  # one look at the mount table
+        return [
+            {"Name": v.name, "Mountpoint": t if (t := self.target(v.name)) in live else ""}
+            for v in vols
+        ]
 
     # -- restart
 

@@ -274,7 +274,9 @@ class _Record:
 
 
 def _record_live(rec: _Record, mounted: set[str]) -> bool:
-    return rec.target in mounted and runner.process_alive(rec.pid, rec.start_time)
+    # The process check comes first: it also reaps a daemon of ours that exited (no zombies
+    # in a long-running plugin).
+    return runner.process_alive(rec.pid, rec.start_time) and rec.target in mounted
 
 
 # ---- the subprocess mounter ------------------------------------------------------------------
