@@ -259,6 +259,11 @@ class CasIndex:
             if layout is not None:
                 self._layouts.put(xorb_hash, layout)
 
+    def cached_layout(self, xorb_hash: bytes) -> XorbLayout | None:
+        """The layout if it is in memory (never touches the backend; safe on the event loop)."""
+        with self._lock:
+            return self._layouts.get(xorb_hash)
+
     def layout(self, xorb_hash: bytes) -> XorbLayout:
         """Where each chunk of a stored xorb is, read from its footer and verified.
 
