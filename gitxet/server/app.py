@@ -360,7 +360,9 @@ async def xorb_data(request: Request) -> Response:
         raise HttpError(403, "data URL signature is invalid or expired")
     rng = _range(request)
     service = st.service
-    lay = service.index.cached_layout(xh) or await run_in_threadpool(service.layout, xh)
+    lay = service.index.cached_layout(xh)
+    if lay is None:
+        lay = await run_in_threadpool(service.layout, xh)
     size = lay.body_size
     start, end = (0, size - 1) if rng is None else (rng[0], size - 1 if rng[1] is None else rng[1])
     if start >= size:
