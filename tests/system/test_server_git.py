@@ -115,3 +115,24 @@ def test_repo_create_and_discovery(gsrv: GitSrv, tmp_path: Path) -> None:
     assert d.access_token == gsrv.read and d.expires is not None
     with pytest.raises(Exception, match="401"):
         discover(f"http://{gsrv.host}/made.git", token="bogus")
+
+
+def test_hf_xet_discovers_the_cas_through_the_repo_url(gsrv: GitSrv) -> None:
+    """hf_xet's token-refresh URL can be ``<repo>/info/xet``: no endpoint configured."""
+    import random
+
+    hf_xet = pytest.importorskip("hf_xet")
+    from gitxet.hashing import to_hex
+    from gitxet.remote.client import CASClient
+    from tests.helpers.server_env import build_upload
+
+    up = build_upload(random.Random(3).randbytes(150_000))
+    with CASClient(f"http://{gsrv.host}", gsrv.write) as c:
+        c.upload_xorb(up.xorb.hash, up.xorb.body)
+        c.upload_shard(up.shard)
+    group = hf_xet.XetSession().new_download_stream_group(
+        token_refresh_url=f"http://{gsrv.host}/data.git/info/xet",
+        token_refresh_headers={"Authorization": f"Bearer {gsrv.read}"},
+    )
+    info = hf_xet.XetFileInfo(to_hex(up.file_hash), len(up.data))
+    assert b"".join(group.download_stream(info)) == up.data
