@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gitxet.data.clean import Ingestor, IngestResult
-from gitxet.data.reconstruct import FileReader
+from gitxet.data.reconstruct import ChunkSource, FileReader
 from gitxet.data.sources import LayeredSource
 from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, fetch_files, push_files
 from gitxet.errors import ConfigError, GitError, PointerFormatError
@@ -250,25 +250,50 @@ class XetRepo:
 
     # ---- content -------------------------------------------------------------------------
 
+    def _remote_source(self, remote: str | None = None) -> ChunkSource | None:
+        """The remote's chunk source when it is a CAS server (reads go there, cached)."""
+        try:
+            r = self.remote(remote)
+        except ConfigError:
+            return None
+        make = getattr(r, "chunk_source", None)
+        return make() if make is not None else None
+
     def ensure_local(
         self,
         pointers: Iterable[Pointer],
         remote: str | None = None,
         progress: Progress | None = None,
     ) -> TransferSummary | None:
-        """Fetch whatever the local store lacks to reconstruct ``pointers``."""
+        """Fetch whatever the local store lacks to reconstruct ``pointers``.
+
+        From a CAS server the data lands in the shared chunk cache instead of the store.
+        """
         hashes = [from_hex(p.xet_hash) for p in pointers if p.size]
         missing = [h for h in hashes if self.cas.file_info(h) is None]
         if not missing:
             return None
+        src = self._remote_source(remote)
+        if src is not None:
+            got = src.warm(missing)  # type: ignore[attr-defined]
+            if progress is not None:
+                progress(got)
+            return TransferSummary(len(missing), 0, 0, 0, got)
         return fetch_files(self.cas, self.remote(remote), missing, progress=progress)
 
     def write_content(self, ptr: Pointer, dst: BinaryIO) -> None:
         """Reconstruct a pointer's content into ``dst`` (fetching it first if needed)."""
         if ptr.size == 0:
             return
-        self.ensure_local([ptr])
-        reader = FileReader(self.cas, from_hex(ptr.xet_hash))
+        fh = from_hex(ptr.xet_hash)
+        source: ChunkSource = self.cas
+        if self.cas.file_info(fh) is None:
+            remote_src = self._remote_source()
+            if remote_src is not None:
+                source = remote_src
+            else:
+                self.ensure_local([ptr])
+        reader = FileReader(source, fh)
         if reader.size != ptr.size:
             from gitxet.errors import IntegrityError
 
@@ -429,13 +454,16 @@ def _matches(path: bytes, pattern: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class DatasetSource:
-    """A repository named by a user (path, bare path or file:// URL), opened for reading."""
+    """A repository named by a user (path, bare path, file:// or http(s) URL), for reading."""
 
     git_dir: str
     stores: tuple[LocalCAS, ...]
     description: str
+    remote_source: ChunkSource | None = None  # a CAS server's data (http(s) repositories)
 
-    def chunk_source(self) -> LayeredSource:
+    def chunk_source(self) -> ChunkSource:
+        if self.remote_source is not None:
+            return self.remote_source
         return LayeredSource(self.stores)
 
     def resolve(self, rev: str) -> str:
@@ -459,20 +487,101 @@ class DatasetSource:
         return sha
 
 
-def open_dataset(spec: str) -> DatasetSource:
-    """Open ``spec`` (a working repo, a bare repo, or a ``file://`` URL) for reading.
+@dataclass(frozen=True, slots=True)
+class HttpAccess:
+    """How to reach http(s) repositories: credentials and the shared local cache."""
 
-    The stores are the repository's own (``<git dir>/xet``) and, for a working repository
-    whose remote is a path, that remote's embedded store: data is read where it lives.
+    cache_root: str
+    token: str | None = None
+    offline: bool = False
+    cache_bytes: int = 10 << 30
+    remote_factory: Callable[[str], CASRemote] | None = None
+
+
+def _git_auth_env(token: str | None) -> dict[str, str]:
+    """git config through the environment (never argv: tokens stay out of process lists)."""
+    import base64
+
+    if not token:
+        return {}
+    basic = base64.b64encode(f"gitxet:{token}".encode()).decode()
+    return {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "http.extraHeader",
+        "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+        "GIT_TERMINAL_PROMPT": "0",
+    }
+
+
+def mirror_git_metadata(url: str, access: HttpAccess) -> str:
+    """A bare mirror of ``url``'s git objects in the cache (data stays on the server).
+
+    Raises:
+        NotFoundError: offline with no mirror yet.
+        GitError: the server refused or could not be reached.
+    """
+    import hashlib
+    import subprocess
+
+    from gitxet.errors import NotFoundError
+
+    safe = urllib.parse.urlsplit(url)._replace(query="", fragment="")
+    key = hashlib.sha256(safe.geturl().encode()).hexdigest()[:24]
+    path = os.path.join(access.cache_root, "repos", key + ".git")
+    if access.offline:
+        if not os.path.isdir(path):
+            raise NotFoundError(f"{safe.geturl()}: not in the cache (offline)")
+        return path
+    env = dict(os.environ)
+    env.update(_git_auth_env(access.token))
+    if os.path.isdir(path):
+        args = ["git", "--git-dir", path, "fetch", "--quiet", "--prune", "origin"]
+    else:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = path + f".tmp-{os.getpid()}"
+        args = ["git", "clone", "--quiet", "--mirror", "--", url, tmp]
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=False)
+    if r.returncode != 0:
+        lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+        msg = lines[-1] if lines else f"git exited with {r.returncode}"
+        if access.token:
+            msg = msg.replace(access.token, "***")
+        raise GitError(f"{safe.geturl()}: {msg}")
+    if not os.path.isdir(path):
+        try:
+            os.rename(tmp, path)
+        except OSError:  # another process mirrored it meanwhile
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def open_dataset(spec: str, access: HttpAccess | None = None) -> DatasetSource:
+    """Open ``spec`` (a working repo, a bare repo, a ``file://`` or http(s) URL) for reading.
+
+    For local repositories the stores are the repository's own (``<git dir>/xet``) and, for
+    a working repository whose remote is a path, that remote's embedded store: data is read
+    where it lives. For http(s) the git objects are mirrored into ``access.cache_root`` and
+    data comes from the server's CAS through the shared chunk cache.
 
     Raises:
         NotFoundError: ``spec`` is not a git repository gitxet can read.
     """
     from gitxet.errors import NotFoundError
 
+    if spec.startswith(("http://", "https://")):
+        if access is None or access.remote_factory is None:
+            raise NotFoundError(f"{spec}: http(s) repositories need server access settings")
+        git_dir = mirror_git_metadata(spec, access)
+        remote = access.remote_factory(spec)
+        source = getattr(remote, "chunk_source", None)
+        if source is None:
+            raise NotFoundError(f"{spec}: the remote offers no readable CAS")
+        return DatasetSource(git_dir, (), spec, source())
     root = remote_cas_root(spec)
     if root is None:
-        raise NotFoundError(f"{spec}: only local paths and file:// URLs can be opened here")
+        raise NotFoundError(f"{spec}: only local paths, file:// and http(s) URLs can be opened")
     path = os.path.dirname(root)  # the git dir (".git" of a work tree, or the bare repo)
     if not os.path.isdir(path):
         raise NotFoundError(f"{spec}: no such repository")

@@ -52,10 +52,12 @@ def _program() -> str:
 
 
 def _open_repo(path: str = ".", **kw: object):  # type: ignore[no-untyped-def]
+    from gitxet.cli._env import cache_bytes, cache_root, remote_factory
     from gitxet.repo import XetRepo
 
     lazy_env = os.environ.get("GITXET_LAZY")
     lazy = None if lazy_env is None else lazy_env.lower() in ("1", "true", "yes")
+    kw.setdefault("remote_factory", remote_factory(cache_root(), cache_bytes()))
     return XetRepo(path, lazy=lazy, stats_path=os.environ.get("GITXET_STATS_FILE"), **kw)  # type: ignore[arg-type]
 
 

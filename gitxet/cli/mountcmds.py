@@ -34,11 +34,31 @@ def _registry():  # type: ignore[no-untyped-def]
     return MountRegistry(os.path.join(_state_dir(), "mounts"))
 
 
-def _open_fs(repo: str, commit: str, subdir: str | None):  # type: ignore[no-untyped-def]
+CacheDirOpt = Annotated[
+    str | None,
+    typer.Option("--cache-dir", help="Shared chunk cache for http(s) repos (GITXET_CACHE_DIR)."),
+]
+CacheSizeOpt = Annotated[
+    str | None, typer.Option("--cache-size", help="Cap of the chunk cache, e.g. 20g (LRU).")
+]
+OfflineOpt = Annotated[
+    bool, typer.Option("--offline", help="Serve only from the cache; a miss is an I/O error.")
+]
+
+
+def _open_fs(  # type: ignore[no-untyped-def]
+    repo: str,
+    commit: str,
+    subdir: str | None,
+    cache_dir: str | None = None,
+    cache_size: str | None = None,
+    offline: bool = False,
+):
+    from gitxet.cli._env import http_access
     from gitxet.repo import open_dataset
     from gitxet.vfs.model import CommitFS
 
-    ds = open_dataset(repo)
+    ds = open_dataset(repo, http_access(repo, cache_dir, cache_size, offline=offline))
     sha = ds.resolve(commit)
     fs = CommitFS(ds.git_dir, sha, ds.chunk_source(), subdir=os.fsencode(subdir or ""))
     return ds, sha, fs
@@ -46,7 +66,7 @@ def _open_fs(repo: str, commit: str, subdir: str | None):  # type: ignore[no-unt
 
 def mount_cmd(
     repo: Annotated[
-        str, typer.Argument(help="Repository: working repo, bare repo or file:// URL.")
+        str, typer.Argument(help="Repository: working/bare repo, file:// or http(s) URL.")
     ],
     commit: Annotated[str, typer.Argument(help="Branch, tag or commit sha.")],
     mountpoint: Annotated[Path, typer.Argument(help="Empty directory to mount on.")],
@@ -63,21 +83,31 @@ def mount_cmd(
     timeout: Annotated[
         float, typer.Option(help="Seconds to wait for the mount to be ready.")
     ] = 30.0,
+    cache_dir: CacheDirOpt = None,
+    cache_size: CacheSizeOpt = None,
+    offline: OfflineOpt = False,
 ) -> None:
-    """Mount a commit read-only, reading file data lazily (FUSE by default)."""
+    """Mount a commit read-only, reading file data lazily (FUSE by default).
+
+    REPO may be a local working or bare repository, a file:// URL or an http(s) URL of a
+    gitxet server (git metadata is mirrored into the cache; data is fetched on demand into
+    the shared chunk cache).
+    """
     mnt = os.path.abspath(mountpoint)
     if not os.path.isdir(mnt):
         raise typer.BadParameter(f"{mnt} is not a directory", param_hint="MOUNTPOINT")
+    cache = (cache_dir, cache_size, offline)
     if not foreground and not nfs:
         # the daemon opens the commit itself: here only check that repo and commit resolve
+        from gitxet.cli._env import http_access
         from gitxet.repo import open_dataset
 
-        ds = open_dataset(repo)
+        ds = open_dataset(repo, http_access(repo, cache_dir, cache_size, offline=offline))
         sha = ds.resolve(commit)
         typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
-        _start_daemon(repo, sha, mnt, subdir, allow_other, timeout)
+        _start_daemon(repo, sha, mnt, subdir, allow_other, timeout, cache)
         return
-    ds, sha, fs = _open_fs(repo, commit, subdir)
+    ds, sha, fs = _open_fs(repo, commit, subdir, *cache)
     typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
     if nfs:
         try:
@@ -94,17 +124,24 @@ def mount_cmd(
 
 
 def _start_daemon(
-    repo: str, sha: str, mnt: str, subdir: str | None, allow_other: bool, timeout: float
+    repo: str,
+    sha: str,
+    mnt: str,
+    subdir: str | None,
+    allow_other: bool,
+    timeout: float,
+    cache: tuple[str | None, str | None, bool],
 ) -> None:
     import gitxet.mount.fuse
     import gitxet.vfs.model  # noqa: F401
+    from gitxet.cli._env import cache_root
     from gitxet.mount.runner import MountRecord, start_background
 
     def daemon() -> int:
         from gitxet.cli._errors import describe
 
         try:
-            _, _, fs = _open_fs(repo, sha, subdir)
+            _, _, fs = _open_fs(repo, sha, subdir, *cache)
             from gitxet.mount.fuse import serve
 
             try:
@@ -121,7 +158,9 @@ def _start_daemon(
     log = os.path.join(logs, mnt.strip("/").replace("/", "_") + ".log")
     proc = start_background(daemon, mnt, timeout=timeout, log_path=log)
     _registry().record(
-        MountRecord.for_process(proc, kind="fuse", repo=repo, commit=sha, cache_dir="")
+        MountRecord.for_process(
+            proc, kind="fuse", repo=repo, commit=sha, cache_dir=cache_root(cache[0])
+        )
     )
     typer.echo(
         f"git-xet: mounted at {mnt} (pid {proc.pid}); 'git xet unmount {mnt}' to stop", err=True
@@ -167,18 +206,21 @@ def _wait_for_signal() -> None:
 
 def nfs_serve_cmd(
     repo: Annotated[
-        str, typer.Argument(help="Repository: working repo, bare repo or file:// URL.")
+        str, typer.Argument(help="Repository: working/bare repo, file:// or http(s) URL.")
     ],
     commit: Annotated[str, typer.Argument(help="Branch, tag or commit sha.")],
     port: Annotated[int, typer.Option(help="TCP port for NFS and MOUNT (0: any free port).")] = 0,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     subdir: Annotated[str | None, typer.Option("--subdir")] = None,
+    cache_dir: CacheDirOpt = None,
+    cache_size: CacheSizeOpt = None,
+    offline: OfflineOpt = False,
 ) -> None:
     """Serve a commit over NFSv3 only (no OS mount); prints an nfs:// URL."""
     from gitxet.mount.nfs.handle import fsid_for
     from gitxet.mount.nfs.server import NFSServer
 
-    ds, sha, fs = _open_fs(repo, commit, subdir)
+    ds, sha, fs = _open_fs(repo, commit, subdir, cache_dir, cache_size, offline)
     server = NFSServer(fs, host, port, None, fsid=fsid_for(sha))
     server.start()
     typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
@@ -229,12 +271,15 @@ def warmup_cmd(
     paths: Annotated[
         list[str] | None, typer.Argument(help="Files or directories (default: all).")
     ] = None,
+    cache_dir: CacheDirOpt = None,
+    cache_size: CacheSizeOpt = None,
 ) -> None:
-    """Read (and verify) the given paths of a commit, so later mounts are served warm."""
+    """Fetch and verify the given paths of a commit into the shared cache, so later
+    mounts (also --offline ones) are served from it."""
     from gitxet.cli._progress import byte_progress
     from gitxet.vfs.nodes import NodeKind
 
-    _, sha, fs = _open_fs(repo, commit, None)
+    _, sha, fs = _open_fs(repo, commit, None, cache_dir, cache_size)
     todo: list[int] = []
 
     def walk(ino: int) -> None:

@@ -1,0 +1,85 @@
+"""The one place that turns the environment into settings for remote (http) access.
+
+``GITXET_CACHE_DIR`` (default ``$XDG_CACHE_HOME/gitxet``, else ``~/.cache/gitxet``) holds the
+shared chunk cache and git metadata mirrors; ``GITXET_TOKEN`` or the keyring (``git xet
+login``) give the token; ``GITXET_CACHE_SIZE`` caps the chunk cache (default 10G).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+
+from gitxet.data.transfer import CASRemote
+from gitxet.errors import ConfigError
+from gitxet.repo import HttpAccess, parse_size
+
+
+def cache_root(override: str | None = None) -> str:
+    if override:
+        return os.path.abspath(override)
+    env = os.environ.get("GITXET_CACHE_DIR")
+    if env:
+        return os.path.abspath(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(base, "gitxet")
+
+
+def cache_bytes(override: str | None = None) -> int:
+    return parse_size(override or os.environ.get("GITXET_CACHE_SIZE") or "10g")
+
+
+def _endpoint_record(root: str, url: str) -> str:
+    import hashlib
+
+    key = hashlib.sha256(url.encode()).hexdigest()[:24]
+    return os.path.join(root, "endpoints", key + ".json")
+
+
+def remote_factory(
+    root: str, max_bytes: int, *, offline: bool = False
+) -> Callable[[str], CASRemote]:
+    """Build the CAS remote of an http(s) git URL: discovery, token, shared chunk cache."""
+
+    def make(url: str) -> CASRemote:
+        from gitxet.cli.serve import token_for
+        from gitxet.data.remote_source import DiskChunkCache, HttpCASRemote
+        from gitxet.remote.client import CASClient, discover
+        from gitxet.store.atomic import atomic_write
+
+        token = token_for(url)
+        record = _endpoint_record(root, url)
+        if offline:
+            try:
+                with open(record, encoding="utf-8") as f:
+                    endpoint = json.load(f)["cas_url"]
+            except (OSError, ValueError, KeyError):
+                raise ConfigError(f"{url}: never used online, nothing cached (offline)") from None
+        else:
+            found = discover(url, token=token)
+            endpoint = found.cas_url
+            token = token or found.access_token
+            atomic_write(record, json.dumps({"cas_url": endpoint}).encode(), durable=False)
+        client = CASClient(endpoint, token)
+        cache = DiskChunkCache(os.path.join(root, "chunks"), max_bytes)
+        remote = HttpCASRemote(client, cache)
+        if offline:
+            remote.chunk_source().offline = True
+        return remote
+
+    return make
+
+
+def http_access(
+    url: str, cache_dir: str | None = None, cache_size: str | None = None, *, offline: bool = False
+) -> HttpAccess:
+    """Settings for opening the dataset at ``url`` (mount, warmup, fsspec from the CLI)."""
+    token = None
+    if url.startswith(("http://", "https://")):
+        from gitxet.cli.serve import token_for
+
+        token = token_for(url)
+    root = cache_root(cache_dir)
+    size = cache_bytes(cache_size)
+    return HttpAccess(root, token, offline, size, remote_factory(root, size, offline=offline))
