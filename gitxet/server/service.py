@@ -250,8 +250,9 @@ class CasService:
         spans: dict[str, list[tuple[int, int]]] = {}
         for term in terms:
             spans.setdefault(term.xorb_hex, []).append((term.chunk_start, term.chunk_end))
+        by_hex = {to_hex(k): v for k, v in layouts.items()}
         for hx, ranges in spans.items():
-            lay = next(v for k, v in layouts.items() if to_hex(k) == hx)
+            lay = by_hex[hx]
             url = url_for(hx)
             merged: list[list[int]] = []
             for s, e in sorted(ranges):

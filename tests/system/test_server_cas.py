@@ -45,6 +45,7 @@ class Srv:
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    pytest.importorskip("moto.server", reason="S3 tests need moto[server] (the test extra)")
     s = S3Server(str(tmp_path_factory.mktemp("moto")))
     yield s
     s.stop()

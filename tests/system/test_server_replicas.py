@@ -49,6 +49,7 @@ def test_two_processes_share_one_bucket(tmp_path: Path, monkeypatch: pytest.Monk
 
     from tests.helpers.server_env import S3_ENV
 
+    pytest.importorskip("moto.server", reason="S3 tests need moto[server] (the test extra)")
     for k, v in S3_ENV.items():
         monkeypatch.setenv(k, v)
     s3 = S3Server(str(tmp_path))
