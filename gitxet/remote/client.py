@@ -412,32 +412,27 @@ class CASClient:
     def _term_chunks(self, recon: p.Reconstruction) -> Iterator[tuple[p.Term, list[bytes]]]:
         """Each term with its decoded chunks, fetching distinct ranges once, in parallel.
 
-        At most ``max_parallel`` ranges are in flight ahead of the term being yielded; a
-        fetched range is dropped after the last term that uses it.
+        ``max_parallel`` fetches run at once and at most ``2 * max_parallel`` ranges are
+        held ahead of the term being yielded; a range is dropped after its last term.
         """
         terms = recon.terms
         fis = [recon.fetch_for(t) for t in terms]
         keys = [(f.url, f.byte_start, f.byte_end) for f in fis]
         last_use = {k: i for i, k in enumerate(keys)}
         futures: dict[tuple[str, int, int], Future[list[bytes]]] = {}
-        order: list[tuple[str, int, int]] = []
-        for k in keys:
-            if k not in order:
-                order.append(k)
+        order = list(dict.fromkeys(keys))  # distinct ranges in order of first use
         by_key = dict(zip(keys, fis, strict=True))
         next_submit = 0
+        window = 2 * self.max_parallel  # ranges held (in flight or fetched, not yet used)
         with ThreadPoolExecutor(self.max_parallel, thread_name_prefix="gitxet-fetch") as ex:
             try:
                 for i, (term, fi, k) in enumerate(zip(terms, fis, keys, strict=True)):
-                    while next_submit < len(order) and (
-                        len([f for f in futures.values() if not f.done()]) < self.max_parallel
-                        or order[next_submit] == k
-                    ):
+                    # Keep the pool busy ahead of the reader, and make sure the range this
+                    # term needs is on its way even when the window is full of reused ones.
+                    while next_submit < len(order) and (len(futures) < window or k not in futures):
                         nk = order[next_submit]
                         futures[nk] = ex.submit(self.fetch_chunks, by_key[nk])
                         next_submit += 1
-                        if nk == k:
-                            break
                     unit = futures[k].result()
                     if last_use[k] == i:
                         del futures[k]

@@ -449,3 +449,41 @@ def test_discover() -> None:
 
     with pytest.raises(RemoteError, match="not a gitxet remote"):
         discover("http://git.test/x.git", http=httpx.Client(transport=httpx.MockTransport(missing)))
+
+
+def test_ranges_are_fetched_in_parallel_and_once(upload: Upload) -> None:
+    import threading
+    import time
+
+    n = len(upload.xorb.chunk_sizes)
+    hx = to_hex(upload.xorb.hash)
+    offs = upload.xorb.byte_offsets
+    sizes = upload.xorb.chunk_sizes
+    # One term per chunk, each with its own fetch entry, plus the first chunk again at the end.
+    order = [*range(n), 0]
+    terms = [p.Term(hx, i, i + 1, sizes[i]) for i in order]
+    fetch = {
+        hx: [p.FetchInfo(i, i + 1, f"{DATA_URL}&r={i}", offs[i], offs[i + 1] - 1) for i in range(n)]
+    }
+    active = peak = 0
+    fetched: list[str] = []
+    lock = threading.Lock()
+
+    def h(req: httpx.Request) -> httpx.Response:
+        nonlocal active, peak
+        if req.url.host != "data.test":
+            return httpx.Response(200, json=p.Reconstruction(terms, fetch).to_v2())
+        with lock:
+            active += 1
+            peak = max(peak, active)
+            fetched.append(req.headers["range"])
+        time.sleep(0.02)
+        with lock:
+            active -= 1
+        return serve_data(upload, req)
+
+    c = client(h, max_parallel=3)
+    data = b"".join(c.iter_file(upload.file_hash, (0, len(upload.data) + sizes[0]), verify=False))
+    assert data == upload.data + upload.data[: sizes[0]]
+    assert len(fetched) == n  # the repeated first chunk is not fetched twice
+    assert 2 <= peak <= 3
