@@ -491,3 +491,5 @@ def _load_native_crc() -> Callable[[bytes | bytearray], int] | None:
 
 
 _native_crc = _load_native_crc()
+#: Whether :func:`crc64nvme` runs at native speed (awscrt installed).
+NATIVE_CRC = _native_crc is not None

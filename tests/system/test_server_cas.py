@@ -206,7 +206,7 @@ def test_grant_urls_check_signature_length_and_checksum(srv: Srv) -> None:
     assert httpx.put(grant.url.replace("len=", "len=1"), content=up.xorb.body).status_code == 403
     bad = bytearray(up.xorb.body)
     bad[-1] ^= 1
-    assert httpx.put(grant.url, content=bytes(bad)).status_code == 400  # CRC
+    assert httpx.put(grant.url, content=bytes(bad)).status_code == 400  # CRC or xorb hash
     assert httpx.put(grant.url, content=up.xorb.body[:-1]).status_code == 400  # length
     commit = f"{srv.url}/v1/xorb-commits/default/{hx}/grant/{grant.id}"
     assert httpx.post(commit, headers={"Authorization": f"Bearer {srv.write}"}).status_code == 404
