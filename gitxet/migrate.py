@@ -628,14 +628,16 @@ def _git_pipe(args: Sequence[str], cwd: str, *, reader: bool) -> Iterator[subpro
             yield proc
             ok = True
         finally:
-            if not ok and proc.poll() is None:
+            died = proc.poll()  # exited on its own (before we kill it)?
+            if not ok and died is None:
                 proc.kill()  # fast-import killed before "done" updates no ref
             for pipe in (proc.stdin, proc.stdout):
                 if pipe is not None:
                     with contextlib.suppress(OSError):
                         pipe.close()
             rc = proc.wait()
-            if ok and rc != 0:
+            if rc != 0 and (ok or died is not None):
+                # git's own complaint explains more than the broken pipe we saw
                 err.seek(0)
                 lines = err.read(64 * 1024).decode("utf-8", "replace").strip().splitlines()
                 raise GitError(f"git {args[0]} failed ({rc}): {lines[-1] if lines else ''}")
@@ -646,8 +648,8 @@ def migrate(
 ) -> MigrateResult:
     """Rewrite the history of ``options``' refs so large files are gitxet pointers.
 
-    The repository must already have the xet filter configured (``git xet init`` does it),
-    since the work tree is checked out through it at the end.
+    A repository with a work tree must already have the xet filter configured (``git xet
+    init`` does it), since the work tree is checked out through it at the end.
 
     Raises:
         DirtyWorkTreeError: uncommitted changes to tracked files.
@@ -657,7 +659,7 @@ def migrate(
         GitError: git failed (nothing was changed then).
     """
     check_clean(repo)
-    if not (
+    if repo.worktree is not None and not (
         process.config_get(repo.cwd, "filter.xet.process")
         or process.config_get(repo.cwd, "filter.xet.smudge")
     ):
@@ -676,7 +678,8 @@ def migrate(
         "--signed-tags=strip",
         "--tag-of-filtered-object=rewrite",
         "--reencode=no",
-        *refs,
+        # --everything: let git enumerate the refs (a long list would not fit in argv)
+        *(["--branches", "--tags"] if options.everything else refs),
     ]
     with (
         process.CatFile(repo.cwd) as cat,

@@ -252,3 +252,21 @@ def test_post_checkout_and_post_merge_hooks_are_harmless(tmp_path: Path) -> None
         r = run("git", *args, cwd=work)  # the hooks ran (git-xet is on PATH) and said nothing
         assert b"not found" not in r.stderr and b"Usage" not in r.stderr, r.stderr
     assert run("git-xet", "post-checkout", "0" * 40, "1" * 40, "1", cwd=work).returncode == 0
+
+
+def test_bare_repository_migrates_every_branch_and_tag(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    git("init", "-q", str(work), cwd=tmp_path)
+    data = random.Random(11).randbytes(300_000)
+    commit_all(work, {"a.raw": data, "s.txt": b"s\n"}, "one")
+    git("tag", "t1", cwd=work)
+    git("branch", "other", cwd=work)
+    bare = tmp_path / "bare.git"
+    git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp_path)
+    run("git-xet", "migrate", "--everything", cwd=bare)
+    for ref in ("main", "other", "t1"):
+        ptr = Pointer.decode(run("git", "show", f"{ref}:a.raw", cwd=bare).stdout)
+        assert ptr.size == len(data)
+    assert git("rev-parse", "t1", cwd=bare) == git("rev-parse", "main", cwd=bare)
+    blob = run("git", "show", "main:a.raw", cwd=bare).stdout
+    assert smudged(bare, "a.raw", blob) == data
