@@ -136,3 +136,23 @@ def test_hf_xet_discovers_the_cas_through_the_repo_url(gsrv: GitSrv) -> None:
     )
     info = hf_xet.XetFileInfo(to_hex(up.file_hash), len(up.data))
     assert b"".join(group.download_stream(info)) == up.data
+
+
+def test_hf_xet_session_uploads_through_discovery(gsrv: GitSrv) -> None:
+    """hf_xet's current upload API, configured by the repo URL only; gitxet reads it back."""
+    import random
+
+    hf_xet = pytest.importorskip("hf_xet")
+    from gitxet.hashing import from_hex
+    from gitxet.remote.client import CASClient
+
+    data = random.Random(5).randbytes(900_000)
+    with hf_xet.XetSession().new_upload_commit(
+        token_refresh_url=f"http://{gsrv.host}/data.git/info/xet",
+        token_refresh_headers={"Authorization": f"Bearer {gsrv.write}"},
+    ) as commit:
+        handle = commit.start_upload_bytes(data)
+    meta = handle.result()
+    assert meta.size == len(data)
+    with CASClient(f"http://{gsrv.host}", gsrv.read) as c:
+        assert b"".join(c.iter_file(from_hex(meta.hash))) == data
