@@ -152,7 +152,7 @@ def test_hf_xet_session_uploads_through_discovery(gsrv: GitSrv) -> None:
         token_refresh_headers={"Authorization": f"Bearer {gsrv.write}"},
     ) as commit:
         handle = commit.start_upload_bytes(data)
-    meta = handle.result()
-    assert meta.size == len(data)
+    info = handle.result().xet_info
+    assert info.file_size == len(data)
     with CASClient(f"http://{gsrv.host}", gsrv.read) as c:
-        assert b"".join(c.iter_file(from_hex(meta.hash))) == data
+        assert b"".join(c.iter_file(from_hex(info.hash))) == data
