@@ -109,10 +109,17 @@ class CasIndex:
 
     # ---- shards ---------------------------------------------------------------------------
 
-    def register(self, name: str, shard: shardfmt.Shard) -> None:
-        """Index a shard stored under :func:`shard_key` ``(name)``."""
+    def register(
+        self, name: str, shard: shardfmt.Shard, first_chunks: dict[bytes, bytes] | None = None
+    ) -> None:
+        """Index a shard stored under :func:`shard_key` ``(name)``.
+
+        ``first_chunks`` (chunk hash -> xorb) adds files' first chunks that the shard's own
+        CAS blocks cannot name (a first term pointing into an older xorb); the uploading
+        process knows them from the layouts it validated against.
+        """
         cas = {x.xorb_hash: x for x in shard.xorbs}
-        chunks: dict[bytes, bytes] = {}
+        chunks: dict[bytes, bytes] = dict(first_chunks or {})
         for x in shard.xorbs:
             for c in x.chunks:
                 if _eligible(c.hash):

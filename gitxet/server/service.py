@@ -122,14 +122,14 @@ class CasService:
             raise RequestRejectedError("shard", str(e)) from None
         if shard.footer is not None and shard.footer.protected:
             raise RequestRejectedError("shard", "a dedup (HMAC-keyed) shard cannot be registered")
-        self._validate(shard)
+        firsts = self._validate(shard)
         name = to_hex(chunk_hash(data))
         key = shard_key(name)
         created = self.backend.put(key, bytes(data), if_absent=True)
         if created:
             # After the shard itself: a replica that sees the marker can read the shard.
             self.backend.put(log_key(name), b"")
-        self.index.register(name, shard)
+        self.index.register(name, shard, firsts)
         return created
 
     def _layout_for(self, xorb_hash: bytes, what: str) -> XorbLayout:
@@ -140,7 +140,9 @@ class CasService:
                 what, f"references xorb {to_hex(xorb_hash)}, which is not stored"
             ) from None
 
-    def _validate(self, shard: shardfmt.Shard) -> None:
+    def _validate(self, shard: shardfmt.Shard) -> dict[bytes, bytes]:
+        """Check everything (see the module docstring); returns {first chunk: xorb} per file."""
+        firsts: dict[bytes, bytes] = {}
         for x in shard.xorbs:
             hx = to_hex(x.xorb_hash)
             lay = self._layout_for(x.xorb_hash, f"shard xorb block {hx}")
@@ -180,6 +182,8 @@ class CasService:
                 )
             if file_hash(entries) != f.file_hash:
                 raise RequestRejectedError(what, "its chunks do not hash to the file hash")
+            firsts[entries[0][0]] = f.terms[0].xorb_hash
+        return firsts
 
     # ---- reads ----------------------------------------------------------------------------
 

@@ -259,3 +259,15 @@ def test_damaged_stored_objects_are_integrity_errors(
     backend.put(shard_key("ab" * 32), b"not a shard")
     fresh = CasIndex(backend)
     assert fresh.refresh(force=True) == 0  # skipped, not fatal
+
+
+def test_first_chunk_of_a_deduplicated_file_is_answered(service: CasService, up: Upload) -> None:
+    """A file whose first term points into an older xorb (no CAS block) is still indexed."""
+    service.put_xorb(up.xorb.hash, up.xorb.body)
+    service.put_shard(up.shard)
+    hs, sizes = up.xorb.chunk_hashes, up.xorb.chunk_sizes
+    # A second file made of the old xorb's chunks 1.. : its first chunk is a middle chunk.
+    term = FileTerm(up.xorb.hash, 1, len(hs), sum(sizes[1:]))
+    fh = file_hash(list(zip(hs[1:], sizes[1:], strict=True)))
+    service.put_shard(upload_shard_for([make_file_info(fh, [term], [hs[1:]], None)], []))
+    assert service.dedup_shard(hs[1]) is not None
