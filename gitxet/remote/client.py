@@ -239,12 +239,13 @@ class CASClient:
     # ---- reconstruction and downloads --------------------------------------------------
 
     def get_reconstruction(
-        self, file_hash_: bytes, byte_range: tuple[int, int] | None = None
+        self, file_hash_: bytes, byte_range: tuple[int, int | None] | None = None
     ) -> Reconstruction:
         """The reconstruction of a file, or of bytes ``[start, end)`` of it.
 
-        Tries ``/v2`` first and falls back to ``/v1`` on 404 or 501, remembering a V1-only
-        server. A file that is empty needs no call (its hash is all zeros).
+        ``end`` may be ``None`` (to the end of the file). Tries ``/v2`` first and falls
+        back to ``/v1`` on 404 or 501, remembering a V1-only server. A file that is empty
+        needs no call (its hash is all zeros).
 
         Raises:
             FileNotFoundInCASError: the server does not know the file.
@@ -254,9 +255,9 @@ class CASClient:
         headers: dict[str, str] = {}
         if byte_range is not None:
             start, end = byte_range
-            if not 0 <= start < end:
+            if start < 0 or (end is not None and end <= start):
                 raise ValueError(f"empty or negative byte range {byte_range}")
-            headers["Range"] = p.format_range(start, end - 1)
+            headers["Range"] = f"bytes={start}-" if end is None else p.format_range(start, end - 1)
         what = f"reconstruction of {fx}"
         if self._recon_v2 is not False:
             r = self._request(
@@ -369,30 +370,46 @@ class CASClient:
         xorb's hex to its chunk hashes (from :meth:`get_file_shard`); when given, every
         decoded chunk is checked against it, which also covers ranged reads.
         """
-        recon = self.get_reconstruction(file_hash_, byte_range)
-        want = None if byte_range is None else byte_range[1] - byte_range[0]
+        want_start = 0 if byte_range is None else byte_range[0]
+        want_end = None if byte_range is None else byte_range[1]
         check_file = verify and byte_range is None
         entries: list[tuple[bytes, int]] = []
-        skip = recon.offset_into_first_range
-        produced = 0
-        for term, chunks in self._term_chunks(recon):
-            if chunk_hashes is not None:
-                self._check_chunks(term, chunks, chunk_hashes)
-            for c in chunks:
-                if check_file:
-                    entries.append((chunk_hash(c), len(c)))
-                if skip >= len(c):
-                    skip -= len(c)
-                    continue
-                piece = c[skip:] if skip else c
-                skip = 0
-                if want is not None and produced + len(piece) > want:
-                    piece = piece[: want - produced]
-                if piece:
-                    produced += len(piece)
-                    yield piece
-                if want is not None and produced >= want:
-                    return
+        recon = self.get_reconstruction(file_hash_, byte_range)
+        out_pos = want_start  # file offset of the next byte to yield
+        next_chunk = want_start - recon.offset_into_first_range  # where the next chunk starts
+        refreshes = 0
+        while True:
+            try:
+                for term, chunks in self._term_chunks(recon):
+                    if chunk_hashes is not None:
+                        self._check_chunks(term, chunks, chunk_hashes)
+                    for c in chunks:
+                        c_start = next_chunk
+                        next_chunk += len(c)
+                        if check_file:
+                            entries.append((chunk_hash(c), len(c)))
+                        if next_chunk <= out_pos:
+                            continue
+                        hi = len(c) if want_end is None else min(len(c), want_end - c_start)
+                        lo = out_pos - c_start
+                        if hi > lo:
+                            yield c[lo:hi] if lo or hi < len(c) else c
+                            out_pos = c_start + hi
+                        if want_end is not None and out_pos >= want_end:
+                            return
+                break
+            except AuthError as e:
+                # A data URL expired mid-download (403): ask again for the rest, starting
+                # at the next chunk so hashing and offsets carry on seamlessly.
+                if e.status != 403 or refreshes >= 3:
+                    raise
+                refreshes += 1
+                recon = self.get_reconstruction(file_hash_, (next_chunk, want_end))
+                if recon.offset_into_first_range:
+                    raise RemoteError(
+                        f"reconstruction of {to_hex(file_hash_)}: a range starting on a chunk "
+                        "boundary came back with an offset"
+                    ) from None
         if check_file and file_hash(entries) != file_hash_:
             raise IntegrityError("file", to_hex(file_hash_), "downloaded chunks do not hash to it")
 

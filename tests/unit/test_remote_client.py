@@ -487,3 +487,36 @@ def test_ranges_are_fetched_in_parallel_and_once(upload: Upload) -> None:
     assert data == upload.data + upload.data[: sizes[0]]
     assert len(fetched) == n  # the repeated first chunk is not fetched twice
     assert 2 <= peak <= 3
+
+
+def test_expired_data_urls_are_refreshed_mid_download(upload: Upload) -> None:
+    n = len(upload.xorb.chunk_sizes)
+    assert n >= 3
+    hx = to_hex(upload.xorb.hash)
+    offs, sizes = upload.xorb.byte_offsets, upload.xorb.chunk_sizes
+    starts = [sum(sizes[:i]) for i in range(n)]
+    recon_ranges: list[str | None] = []
+
+    def h(req: httpx.Request) -> httpx.Response:
+        if req.url.host == "data.test":
+            if req.url.params["gen"] == "1" and int(req.url.params["c"]) >= 2:
+                return httpx.Response(403, json={"error": "expired"})
+            return serve_data(upload, req)
+        rng = req.headers.get("range")
+        recon_ranges.append(rng)
+        k = 0 if rng is None else starts.index(p.parse_range_header(rng)[0])
+        gen = len(recon_ranges)
+        terms = [p.Term(hx, i, i + 1, sizes[i]) for i in range(k, n)]
+        fetch = {
+            hx: [
+                p.FetchInfo(
+                    i, i + 1, f"http://data.test/x?gen={gen}&c={i}", offs[i], offs[i + 1] - 1
+                )
+                for i in range(k, n)
+            ]
+        }
+        return httpx.Response(200, json=p.Reconstruction(terms, fetch).to_v2())
+
+    c = client(h, max_parallel=1)
+    assert b"".join(c.iter_file(upload.file_hash)) == upload.data  # and the file hash checks
+    assert recon_ranges == [None, f"bytes={starts[2]}-"]
