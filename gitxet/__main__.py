@@ -1,5 +1,5 @@
 """``python -m gitxet`` is ``git-xet``."""
 
-from gitxet.cli.app import main
+from gitxet.cli.entry import main
 
 main()

@@ -15,6 +15,34 @@ from gitxet.data.transfer import CASRemote
 from gitxet.errors import ConfigError
 from gitxet.repo import HttpAccess, parse_size
 
+TOKEN_ENV = "GITXET_TOKEN"
+KEYRING_SERVICE = "gitxet"
+
+
+def keyring_key(url: str) -> str:
+    """The keyring entry for a server: scheme://host[:port], without credentials."""
+    from urllib.parse import urlsplit
+
+    s = urlsplit(url)
+    if s.scheme not in ("http", "https") or not s.hostname:
+        raise ConfigError(f"not an http(s) URL: {url!r}")
+    host = s.hostname + (f":{s.port}" if s.port else "")
+    return f"{s.scheme}://{host}"
+
+
+def token_for(url: str) -> str | None:
+    """The token to use for ``url``: ``$GITXET_TOKEN``, else the one ``login`` stored."""
+    env = os.environ.get(TOKEN_ENV)
+    if env:
+        return env
+    import keyring
+    import keyring.errors
+
+    try:
+        return keyring.get_password(KEYRING_SERVICE, keyring_key(url))
+    except (keyring.errors.KeyringError, ConfigError):
+        return None
+
 
 def cache_root(override: str | None = None) -> str:
     if override:
@@ -43,7 +71,6 @@ def remote_factory(
     """Build the CAS remote of an http(s) git URL: discovery, token, shared chunk cache."""
 
     def make(url: str) -> CASRemote:
-        from gitxet.cli.serve import token_for
         from gitxet.data.remote_source import DiskChunkCache, HttpCASRemote
         from gitxet.remote.client import CASClient, discover
         from gitxet.store.atomic import atomic_write
@@ -75,11 +102,7 @@ def http_access(
     url: str, cache_dir: str | None = None, cache_size: str | None = None, *, offline: bool = False
 ) -> HttpAccess:
     """Settings for opening the dataset at ``url`` (mount, warmup, fsspec from the CLI)."""
-    token = None
-    if url.startswith(("http://", "https://")):
-        from gitxet.cli.serve import token_for
-
-        token = token_for(url)
+    token = token_for(url) if url.startswith(("http://", "https://")) else None
     root = cache_root(cache_dir)
     size = cache_bytes(cache_size)
     return HttpAccess(root, token, offline, size, remote_factory(root, size, offline=offline))

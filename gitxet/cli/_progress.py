@@ -6,19 +6,12 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+from typing import Any
 
 
-def stderr_console() -> Console:
+def stderr_console() -> Any:
+    from rich.console import Console
+
     return Console(stderr=True)
 
 
@@ -32,6 +25,15 @@ def byte_progress(description: str, total: int | None) -> Iterator[Callable[[int
     if not interactive():
         yield lambda n: None
         return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     lock = threading.Lock()
     with Progress(
         TextColumn("[bold]{task.description}"),

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from gitxet.cli import hot
 from gitxet.cli._progress import byte_progress, interactive
 
 ScopeOpt = Literal["local", "global", "system"]
@@ -52,13 +53,7 @@ def _program() -> str:
 
 
 def _open_repo(path: str = ".", **kw: object):  # type: ignore[no-untyped-def]
-    from gitxet.cli._env import cache_bytes, cache_root, remote_factory
-    from gitxet.repo import XetRepo
-
-    lazy_env = os.environ.get("GITXET_LAZY")
-    lazy = None if lazy_env is None else lazy_env.lower() in ("1", "true", "yes")
-    kw.setdefault("remote_factory", remote_factory(cache_root(), cache_bytes()))
-    return XetRepo(path, lazy=lazy, stats_path=os.environ.get("GITXET_STATS_FILE"), **kw)  # type: ignore[arg-type]
+    return hot.open_repo(path, **kw)
 
 
 def _say(msg: str) -> None:
@@ -168,38 +163,17 @@ def untrack_cmd(patterns: Annotated[list[str], typer.Argument()]) -> None:
 
 def filter_process_cmd() -> None:
     """git's long-running filter process (configured by install)."""
-    from gitxet.git.filter_protocol import serve
-
-    repo = _open_repo()
-
-    def on_error(command: str, path: str, exc: BaseException) -> None:
-        from gitxet.cli._errors import describe
-
-        msg, _ = describe(exc)
-        print(f"git-xet: {command} {path}: {msg}", file=sys.stderr, flush=True)
-
-    serve(repo, sys.stdin.buffer, sys.stdout.buffer, on_error=on_error)
+    hot.filter_process()
 
 
 def clean_cmd(path: Annotated[str, typer.Argument()] = "") -> None:
     """One-shot clean filter (stdin -> stdout)."""
-    repo = _open_repo()
-    repo.clean(path, sys.stdin.buffer, sys.stdout.buffer)
+    hot.clean(path)
 
 
 def smudge_cmd(path: Annotated[str, typer.Argument()] = "") -> None:
     """One-shot smudge filter (stdin -> stdout)."""
-    import io
-
-    repo = _open_repo()
-    # spool: never hand git a half-written file
-    with tempfile.SpooledTemporaryFile(64 << 20) as buf:
-        repo.smudge(path, sys.stdin.buffer, buf)  # type: ignore[arg-type]
-        buf.seek(0)
-        out = sys.stdout.buffer
-        while chunk := buf.read(1 << 20):
-            out.write(chunk)
-    _ = io
+    hot.smudge(path)
 
 
 def pre_push_cmd(
@@ -207,39 +181,13 @@ def pre_push_cmd(
     url: Annotated[str, typer.Argument(help="Remote URL (from git).")] = "",
 ) -> None:
     """pre-push hook: upload the data of the pushed commits before git updates refs."""
-    from gitxet.git.hooks import parse_pre_push_input
-
-    if os.environ.get("GITXET_SKIP_PREPUSH") == "1":
-        sys.stdin.buffer.read()
-        return
-    refs = parse_pre_push_input(sys.stdin.buffer.read())
-    repo = _open_repo()
-    revs = [r.local_oid for r in refs if not r.is_delete]
-    if not revs:
-        return
-    exclude = [r.remote_oid for r in refs if not r.is_new and _has_object(repo.cwd, r.remote_oid)]
-    known_remote = remote if remote in _remotes(repo.cwd) else None
-    pointers = repo.pointers_to_push(revs, exclude, known_remote)
-    target = url or remote
-    total = sum(p.size for p in pointers)
-    with byte_progress("uploading", None) as advance:
-        summary = repo.push_data(target, pointers, progress=advance)
-    if pointers:
-        _say(
-            f"git-xet: {summary.files} files ({total:,} bytes): sent {summary.xorbs_sent} xorbs, "
-            f"{summary.xorbs_skipped} already on the remote"
-        )
+    hot.pre_push(remote, url)
 
 
 def _remotes(cwd: str) -> list[str]:
     from gitxet.git import process
 
     return process.list_remotes(cwd)
-
-
-def _has_object(cwd: str, oid: str) -> bool:
-    r = subprocess.run(["git", "cat-file", "-e", oid], cwd=cwd, capture_output=True, check=False)
-    return r.returncode == 0
 
 
 # ---- porcelain ---------------------------------------------------------------------------------
