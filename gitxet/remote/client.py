@@ -8,7 +8,8 @@ choices are remembered per client, as hf_xet does.
 
 Reliability: connection errors, 429 (except for dedup queries), 500, 502, 503 and 504 are
 retried with exponential backoff and jitter, honouring ``Retry-After``; a ranged GET whose
-body breaks off resumes from the last byte received. Transfers run on a bounded thread pool.
+body breaks off resumes from the last byte received, and data URLs that expire during a long
+download are replaced by asking for the rest of the file. Transfers run on a bounded pool.
 
 What is verified:
 
