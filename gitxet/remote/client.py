@@ -50,9 +50,10 @@ from gitxet.errors import (
     FormatError,
     IntegrityError,
     RemoteError,
+    XorbNotFoundError,
 )
 from gitxet.formats.shard import Shard, parse_shard
-from gitxet.formats.xorb import decode_chunks
+from gitxet.formats.xorb import decode_chunks, verify_xorb
 from gitxet.hashing import chunk_hash, file_hash, to_hex
 from gitxet.remote import protocol as p
 
@@ -146,6 +147,8 @@ class CASClient:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.endpoint = endpoint.rstrip("/")
+        #: How push/fetch name this remote in messages (``gitxet.data.transfer.CASRemote``).
+        self.name = self.endpoint
         self._token = token
         self._own_http = http is None
         self.http = http or httpx.Client(
@@ -506,6 +509,90 @@ class CASClient:
             return parse_shard(r.content)
         except FormatError as e:
             raise RemoteError(f"shard of {fx}: {e}") from None
+
+    # ---- whole xorbs and chunk ranges (gitxet extension) --------------------------------
+
+    def xorb_location(self, xorb_hash: bytes) -> p.XorbLocation:
+        """A signed URL and the chunk layout of a stored xorb, checked against its hash.
+
+        Raises:
+            XorbNotFoundError: not stored (or a server without the extension).
+            IntegrityError: the layout does not Merkle-hash to ``xorb_hash``.
+        """
+        hx = to_hex(xorb_hash)
+        what = f"location of xorb {hx}"
+        r = self._request(
+            "GET", self._url(p.XORB_LOCATION.format(xorb=hx)), what=what, ok=(200, 404)
+        )
+        if r.status_code == 404:
+            raise XorbNotFoundError(hx)
+        loc = p.XorbLocation.from_json(self._json(r, what))
+        if loc.xorb_hex != hx or not loc.verify():
+            raise IntegrityError("xorb", hx, "the server's chunk layout does not hash to it")
+        return loc
+
+    def has_xorb(self, xorb_hash: bytes) -> bool:
+        """Whether the server stores the xorb (gitxet extension route; 404 means no)."""
+        hx = to_hex(xorb_hash)
+        r = self._request(
+            "GET", self._url(p.XORB_LOCATION.format(xorb=hx)), what=f"xorb {hx}", ok=(200, 404)
+        )
+        return r.status_code == 200
+
+    def shards_for_file(self, file_hash_: bytes) -> list[bytes]:
+        """Serialized shards describing a file: ``[]`` if unknown, else one stored shard
+        holding its block and its xorbs' chunk lists (``GET /v1/file-shards``)."""
+        fx = to_hex(file_hash_)
+        r = self._request(
+            "GET", self._url(p.FILE_SHARD.format(file_id=fx)), what=f"shard of {fx}", ok=(200, 404)
+        )
+        if r.status_code == 404:
+            return []
+        try:
+            parse_shard(r.content)
+        except FormatError as e:
+            raise RemoteError(f"shard of {fx}: {e}") from None
+        return [r.content]
+
+    def read_xorb_chunks(
+        self, xorb_hash: bytes, start: int, end: int, location: p.XorbLocation | None = None
+    ) -> list[bytes]:
+        """Decoded chunks ``[start, end)`` of a xorb, each verified against its hash.
+
+        Pass a ``location`` from :meth:`xorb_location` to save a request (its URL must not
+        have expired).
+
+        Raises:
+            IndexError: the range is not inside the xorb.
+            IntegrityError: a chunk does not match its hash.
+        """
+        loc = location or self.xorb_location(xorb_hash)
+        if not 0 <= start < end <= loc.num_chunks:
+            raise IndexError(f"chunk range [{start}, {end}) outside a {loc.num_chunks}-chunk xorb")
+        fi = p.FetchInfo(start, end, loc.url, loc.byte_offsets[start], loc.byte_offsets[end] - 1)
+        chunks = self.fetch_chunks(fi)
+        for i, c in enumerate(chunks):
+            if chunk_hash(c) != loc.chunk_hashes[start + i]:
+                raise IntegrityError(
+                    "xorb", loc.xorb_hex, f"chunk {start + i} does not match its hash"
+                )
+        return chunks
+
+    def download_xorb(self, xorb_hash: bytes) -> bytes:
+        """The whole serialized xorb (no footer), verified against ``xorb_hash``.
+
+        What ``git fetch`` needs to fill a local store; the result can be handed to
+        ``LocalCAS.put_xorb`` as is.
+        """
+        loc = self.xorb_location(xorb_hash)
+        body = self.fetch_xorb_range(loc.url, 0, loc.byte_offsets[-1] - 1)
+        try:
+            verify_xorb(body, xorb_hash)
+        except FormatError as e:
+            raise IntegrityError(
+                "xorb", loc.xorb_hex, f"downloaded bytes are not a xorb ({e})"
+            ) from None
+        return body
 
     # ---- uploads -----------------------------------------------------------------------
 

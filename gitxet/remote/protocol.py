@@ -13,13 +13,14 @@ end-exclusive, byte ranges (``url_range`` / ``bytes`` / HTTP ``Range``) end-incl
 from __future__ import annotations
 
 import importlib
+import itertools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gitxet.errors import RemoteError
-from gitxet.hashing import is_hex
+from gitxet.hashing import from_hex, is_hex, merkle_root, to_hex
 
 __all__ = [
     "CHUNK_PREFIXES",
@@ -29,6 +30,7 @@ __all__ = [
     "Grant",
     "Reconstruction",
     "Term",
+    "XorbLocation",
     "chunk_route",
     "crc64nvme",
     "format_range",
@@ -49,6 +51,8 @@ SHARDS_V2 = "/v2/shards"
 #: gitxet extension: a stored shard with the file's block and the CAS blocks of every xorb
 #: its terms touch, so a client can verify ranged reads chunk by chunk.
 FILE_SHARD = "/v1/file-shards/{file_id}"
+#: gitxet extension: where a whole xorb can be fetched, with its chunk layout.
+XORB_LOCATION = "/v1/xorb-locations/{xorb}"
 #: Path appended to a git repository URL to discover its CAS endpoint.
 DISCOVERY_SUFFIX = "/info/xet"
 
@@ -332,6 +336,76 @@ class Reconstruction:
                     bs, be = _byte_range(ro.get("bytes"), f"{w}.ranges[{j}].bytes")
                     out.append(FetchInfo(cs, ce, url, bs, be))
         return cls(terms, fetch, offset)
+
+
+# ---------------------------------------------------------------------------- xorb locations
+
+
+@dataclass(frozen=True)
+class XorbLocation:
+    """A signed data URL for one xorb and where each of its chunks is (gitxet extension).
+
+    ``byte_offsets`` (n + 1 entries) locate each serialized chunk in the body,
+    ``data_offsets`` (n + 1) in the decoded data; ``chunk_hashes`` are raw. A client checks
+    the layout against the xorb hash (:meth:`verify`) before trusting it.
+    """
+
+    xorb_hex: str
+    url: str
+    chunk_hashes: tuple[bytes, ...]
+    byte_offsets: tuple[int, ...]
+    data_offsets: tuple[int, ...]
+
+    @property
+    def num_chunks(self) -> int:
+        """Number of chunks in the xorb."""
+        return len(self.chunk_hashes)
+
+    def verify(self) -> bool:
+        """Whether the chunk hashes and sizes Merkle-hash to the xorb's name."""
+        sizes = [b - a for a, b in itertools.pairwise(self.data_offsets)]
+        return (
+            to_hex(merkle_root(list(zip(self.chunk_hashes, sizes, strict=True)))) == self.xorb_hex
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document of the route."""
+        return {
+            "hash": self.xorb_hex,
+            "url": self.url,
+            "chunk_hashes": [to_hex(h) for h in self.chunk_hashes],
+            "byte_offsets": list(self.byte_offsets),
+            "data_offsets": list(self.data_offsets),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> XorbLocation:
+        """Parse (shape only; call :meth:`verify` for the content).
+
+        Raises:
+            RemoteError: malformed document.
+        """
+        o = _obj(doc, "xorb location")
+        hashes = [_hex(h, "chunk_hashes[]") for h in _list(o.get("chunk_hashes"), "chunk_hashes")]
+        byte_offsets = [
+            _int(v, "byte_offsets[]") for v in _list(o.get("byte_offsets"), "byte_offsets")
+        ]
+        data_offsets = [
+            _int(v, "data_offsets[]") for v in _list(o.get("data_offsets"), "data_offsets")
+        ]
+        n = len(hashes)
+        if n == 0 or len(byte_offsets) != n + 1 or len(data_offsets) != n + 1:
+            raise _bad("xorb location", "offset lists do not match the chunk count")
+        for name, offs in (("byte_offsets", byte_offsets), ("data_offsets", data_offsets)):
+            if offs[0] != 0 or any(b <= a for a, b in itertools.pairwise(offs)):
+                raise _bad(name, "not strictly increasing from 0")
+        return cls(
+            _hex(o.get("hash"), "hash"),
+            _str(o.get("url"), "url"),
+            tuple(from_hex(h) for h in hashes),
+            tuple(byte_offsets),
+            tuple(data_offsets),
+        )
 
 
 # ---------------------------------------------------------------------------- grants

@@ -8,6 +8,7 @@ Routes (hashes are Xet hex; see ``docs/operations/server.md`` for the full table
 * ``POST /v1/shards`` (JSON) and ``/v2/shards`` (NDJSON frames)
 * ``GET /v1/chunks/{default|default-merkledb}/{chunk}`` (global dedup)
 * ``GET /v1/file-shards/{file}`` (gitxet extension: file block + xorb chunk lists)
+* ``GET /v1/xorb-locations/{xorb}`` (gitxet extension: signed URL + chunk layout)
 * ``GET /xorb-data/default/{xorb}?exp=&sig=`` with ``Range`` (signed, no Authorization)
 * ``/{name}.git/info/refs|git-upload-pack|git-receive-pack`` (``git http-backend``),
   ``/{name}.git/info/xet`` (CAS discovery); ``/healthz``; ``POST /v1/telemetry``
@@ -351,6 +352,17 @@ async def file_shard(request: Request) -> Response:
     return Response(data, media_type=p.OCTET)
 
 
+async def xorb_location(request: Request) -> Response:
+    _authorize(request, "read")
+    xh = _hash_param(request, "xorb")
+    lay = await run_in_threadpool(_st(request).service.layout, xh)
+    hx = to_hex(xh)
+    loc = p.XorbLocation(
+        hx, _data_url(request)(hx), lay.chunk_hashes, lay.byte_offsets, lay.data_offsets
+    )
+    return JSONResponse(loc.to_json())
+
+
 async def xorb_data(request: Request) -> Response:
     _prefix(request)
     st = _st(request)
@@ -566,6 +578,7 @@ def create_app(state: AppState) -> ASGIApp:
         Route(p.SHARDS_V2, h(shards_v2), methods=["POST"]),
         Route("/v1/chunks/{prefix}/{chunk}", h(dedup_chunk), methods=["GET"]),
         Route("/v1/file-shards/{file_id}", h(file_shard), methods=["GET"]),
+        Route("/v1/xorb-locations/{xorb}", h(xorb_location), methods=["GET"]),
         Route("/xorb-data/{prefix}/{xorb}", h(xorb_data), methods=["GET"]),
         Route("/{path:path}", h(fallback), methods=methods),
     ]

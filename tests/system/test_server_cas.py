@@ -322,3 +322,26 @@ def test_client_reports_missing_files(srv: Srv) -> None:
             c.get_reconstruction(up.file_hash, (1000, 1001))
         assert ei.value.status == 416
         assert c.read_range(up.file_hash, 990, 5000) == up.data[990:]
+
+
+def test_fetch_primitives_fill_a_local_store(srv: Srv, tmp_path: Path) -> None:
+    """What ``git fetch`` needs: has_xorb, download_xorb, shards_for_file -> LocalCAS."""
+    from gitxet.store.cas import LocalCAS
+
+    up = build_upload(random.Random(71).randbytes(500_000))
+    with CASClient(srv.url, srv.write) as c:
+        assert not c.has_xorb(up.xorb.hash)
+        assert c.shards_for_file(up.file_hash) == []
+        c.upload_xorb(up.xorb.hash, up.xorb.body)
+        c.upload_shard(up.shard)
+        assert c.has_xorb(up.xorb.hash)
+        local = LocalCAS(str(tmp_path / "store"), durable=False)
+        assert local.put_xorb(up.xorb.hash, c.download_xorb(up.xorb.hash))
+        for shard in c.shards_for_file(up.file_hash):
+            local.put_shard(shard)
+        info = local.file_info(up.file_hash)
+        assert info is not None and info.size == len(up.data)
+        assert b"".join(local.read_chunks(up.xorb.hash, 0, len(up.xorb.chunk_sizes))) == up.data
+        loc = c.xorb_location(up.xorb.hash)
+        assert c.read_xorb_chunks(up.xorb.hash, 1, 2, loc) == local.read_chunks(up.xorb.hash, 1, 2)
+    assert _get(srv, f"/v1/xorb-locations/{to_hex(up.xorb.hash)}").status_code == 401

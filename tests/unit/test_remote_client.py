@@ -520,3 +520,54 @@ def test_expired_data_urls_are_refreshed_mid_download(upload: Upload) -> None:
     c = client(h, max_parallel=1)
     assert b"".join(c.iter_file(upload.file_hash)) == upload.data  # and the file hash checks
     assert recon_ranges == [None, f"bytes={starts[2]}-"]
+
+
+def _location(u: Upload, **changes: object) -> dict[str, object]:
+    offs = [0]
+    for size in u.xorb.chunk_sizes:
+        offs.append(offs[-1] + size)
+    loc = p.XorbLocation(
+        to_hex(u.xorb.hash),
+        DATA_URL,
+        tuple(u.xorb.chunk_hashes),
+        tuple(u.xorb.byte_offsets),
+        tuple(offs),
+    )
+    doc = loc.to_json()
+    doc.update(changes)
+    return doc
+
+
+def test_xorb_location_download_and_chunk_reads(upload: Upload) -> None:
+    def h(req: httpx.Request) -> httpx.Response:
+        if req.url.host == "data.test":
+            return serve_data(upload, req)
+        if req.url.path.endswith("00" * 32):
+            return httpx.Response(404)
+        return httpx.Response(200, json=_location(upload))
+
+    c = client(h)
+    assert c.has_xorb(upload.xorb.hash) and not c.has_xorb(b"\x00" * 32)
+    assert c.download_xorb(upload.xorb.hash) == upload.xorb.body
+    chunks = c.read_xorb_chunks(upload.xorb.hash, 1, 3)
+    assert (
+        b"".join(chunks)
+        == upload.data[sum(upload.xorb.chunk_sizes[:1]) : sum(upload.xorb.chunk_sizes[:3])]
+    )
+    with pytest.raises(IndexError):
+        c.read_xorb_chunks(upload.xorb.hash, 0, 99)
+
+
+def test_xorb_location_is_checked_against_the_hash(upload: Upload) -> None:
+    bad = _location(upload)
+    hashes = list(bad["chunk_hashes"])  # type: ignore[call-overload]
+    hashes[0], hashes[1] = hashes[1], hashes[0]
+    bad["chunk_hashes"] = hashes
+
+    def h(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=bad)
+
+    with pytest.raises(IntegrityError, match="layout"):
+        client(h).xorb_location(upload.xorb.hash)
+    with pytest.raises(RemoteError, match="offset"):
+        p.XorbLocation.from_json(_location(upload, byte_offsets=[0, 5]))
