@@ -215,6 +215,13 @@ class XetRepo:
     def clean_stream(self, src: BinaryIO, path: str = "") -> tuple[bytes, IngestResult | None]:
         """What git stores for content ``src``: the content itself (small files, pointers)
         or a pointer to the ingested data."""
+        known = self._materialized_pointer(path)
+        if known is not None:
+            # a file we wrote from this pointer and nobody touched since: its content is
+            # the pointer's, so skip re-chunking it (git re-cleans it after a checkout)
+            while src.read(8 << 20):
+                pass
+            return known, None
         head = _read_up_to(src, max(self.threshold, MAX_POINTER_SIZE + 1))
         if len(head) <= MAX_POINTER_SIZE and try_pointer(head) is not None:
             return head, None  # an unmaterialized pointer stays a pointer
@@ -403,15 +410,56 @@ class XetRepo:
             raise GitError("a bare repository has no work tree to check out into")
         todo = [f for f in files if not f.materialized]
         self.ensure_local([f.pointer for f in todo], remote)
+        written: dict[str, list[object]] = {}
         for f in todo:
             full = self.worktree / f.path
             mode = full.stat().st_mode & 0o777 if full.exists() else 0o644
             with atomic_writer(str(full), mode=mode, durable=False) as out:
                 self.write_content(f.pointer, out)
+            st = full.stat()
+            written[f.path] = [st.st_size, st.st_mtime_ns, st.st_ino, f.pointer.encode().decode()]
             if progress is not None:
                 progress(f.pointer.size)
+        self._remember_materialized(written)
         self._refresh([f.path for f in todo])
         return len(todo)
+
+    # Files written by materialize(), by path: [size, mtime_ns, inode, pointer text]. A
+    # clean of such a file with the same stat returns the pointer without re-chunking.
+    def _materialized_path(self) -> Path:
+        return self.git_dir / "xet" / "materialized.json"
+
+    def _remember_materialized(self, written: dict[str, list[object]]) -> None:
+        if not written:
+            return
+        with self.cas.lock("materialized"):
+            records = self._load_materialized()
+            records.update(written)
+            with atomic_writer(str(self._materialized_path()), durable=False) as f:
+                f.write(json.dumps(records).encode())
+
+    def _load_materialized(self) -> dict[str, list[object]]:
+        try:
+            with open(self._materialized_path(), encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _materialized_pointer(self, path: str) -> bytes | None:
+        if not path or self.worktree is None:
+            return None
+        rec = self._load_materialized().get(path)
+        if not isinstance(rec, list) or len(rec) != 4:
+            return None
+        try:
+            st = (self.worktree / path).stat()
+        except OSError:
+            return None
+        if [st.st_size, st.st_mtime_ns, st.st_ino] != rec[:3]:
+            return None
+        ptr = try_pointer(str(rec[3]).encode())
+        return ptr.encode() if ptr is not None and ptr.size == st.st_size else None
 
     def dematerialize(self, files: Sequence[PointerFile]) -> int:
         """Put pointer text back in the work tree (the data stays in the local store)."""
