@@ -13,8 +13,7 @@ from typing import Annotated
 
 import typer
 
-TOKEN_ENV = "GITXET_TOKEN"
-KEYRING_SERVICE = "gitxet"
+from gitxet.cli._env import KEYRING_SERVICE, TOKEN_ENV, keyring_key
 
 RootOpt = Annotated[
     str, typer.Option("--root", help="Server data directory (repos, tokens, local CAS).")
@@ -148,28 +147,13 @@ def repo_create_cmd(
 
 
 def _keyring_key(url: str) -> str:
-    """The keyring entry for a server: scheme://host[:port], without credentials."""
-    from urllib.parse import urlsplit
-
-    s = urlsplit(url)
-    if s.scheme not in ("http", "https") or not s.hostname:
-        raise typer.BadParameter(f"not an http(s) URL: {url!r}")
-    host = s.hostname + (f":{s.port}" if s.port else "")
-    return f"{s.scheme}://{host}"
-
-
-def token_for(url: str) -> str | None:
-    """The token to use for ``url``: ``$GITXET_TOKEN``, else the one ``login`` stored."""
-    env = os.environ.get(TOKEN_ENV)
-    if env:
-        return env
-    import keyring
-    import keyring.errors
+    """The keyring entry for a server (see ``cli/_env.keyring_key``), as a usage error."""
+    from gitxet.errors import ConfigError
 
     try:
-        return keyring.get_password(KEYRING_SERVICE, _keyring_key(url))
-    except keyring.errors.KeyringError:
-        return None
+        return keyring_key(url)
+    except ConfigError as e:
+        raise typer.BadParameter(str(e)) from None
 
 
 def login_cmd(

@@ -32,11 +32,14 @@ from gitxet.errors import (
 from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, from_hex, is_hex, merkle_root, to_hex
+from gitxet.remote import protocol as p
 from gitxet.remote.client import CASClient
 from gitxet.store.atomic import atomic_write
 
 # Fetch URLs are signed and expire; re-ask for them well before a typical expiry.
 URL_TTL = 300.0
+# Decoded bytes fetched past the chunk a read needs (one request instead of many).
+READ_AHEAD = 4 << 20
 
 
 class CacheMissError(GitxetError):
@@ -168,6 +171,8 @@ class RemoteChunkSource:
         self._xorb_file: dict[bytes, bytes] = {}  # a file whose reconstruction names the xorb
         self._urls: dict[bytes, tuple[float, list[tuple[int, int, str, int, int]]]] = {}
         self._fetch_locks: dict[bytes, threading.Lock] = {}
+        self._locations: dict[bytes, tuple[float, p.XorbLocation]] = {}
+        self._no_locations = False
 
     # ---- descriptions ------------------------------------------------------------------
 
@@ -272,8 +277,54 @@ class RemoteChunkSource:
                 self._urls[x] = (now, entries)
         return fresh.get(xorb_hash, [])
 
+    def _location(self, xorb_hash: bytes, refresh: bool) -> p.XorbLocation | None:
+        """The xorb's exact chunk byte offsets and URL (gitxet servers), or None."""
+        with self._lock:
+            cached = self._locations.get(xorb_hash)
+        if cached is not None and not refresh and time.monotonic() - cached[0] < URL_TTL:
+            return cached[1]
+        if self._no_locations:
+            return None
+        try:
+            loc = self.client.xorb_location(xorb_hash)
+        except XorbNotFoundError:
+            # not a gitxet server (or an old one): use reconstruction fetch entries
+            self._no_locations = True
+            return None
+        with self._lock:
+            self._locations[xorb_hash] = (time.monotonic(), loc)
+        return loc
+
     def _fetch(self, xorb_hash: bytes, lay: RemoteLayout, idx: int) -> dict[int, bytes]:
-        """Fetch the entry holding chunk ``idx``; verify and cache all its chunks."""
+        """Fetch chunks from ``idx`` on (a read-ahead window); verify and cache them."""
+        for attempt in range(2):
+            loc = self._location(xorb_hash, refresh=attempt > 0)
+            if loc is None:
+                return self._fetch_entry(xorb_hash, lay, idx)
+            end = idx + 1
+            # read ahead: small random reads cost a round trip each, big ones do not
+            while (
+                end < loc.num_chunks and loc.data_offsets[end] - loc.data_offsets[idx] < READ_AHEAD
+            ):
+                end += 1
+            try:
+                chunks = self.client.read_xorb_chunks(xorb_hash, idx, end, loc)
+            except RemoteError as e:
+                if e.status == 403 and attempt == 0:
+                    continue  # the signed URL expired
+                raise
+            got: dict[int, bytes] = {}
+            for k, c in enumerate(chunks, start=idx):
+                if chunk_hash(c) != lay.chunk_hashes[k]:
+                    raise IntegrityError("xorb", to_hex(xorb_hash), f"chunk {k} does not match")
+                self.cache.put(xorb_hash, k, c)
+                self.cache.fetched_bytes += len(c)
+                got[k] = c
+            return got
+        raise XorbNotFoundError(to_hex(xorb_hash))
+
+    def _fetch_entry(self, xorb_hash: bytes, lay: RemoteLayout, idx: int) -> dict[int, bytes]:
+        """Fetch the reconstruction entry holding chunk ``idx``; verify and cache it all."""
         hx = to_hex(xorb_hash)
         for attempt in range(2):
             entries = self._entries(xorb_hash, refresh=attempt > 0)
@@ -328,7 +379,7 @@ class HttpCASRemote:
         self._source: RemoteChunkSource | None = None
 
     def has_xorb(self, xorb_hash: bytes) -> bool:
-        return False  # the upload itself dedups (grant answers "already there")
+        return self.client.has_xorb(xorb_hash)
 
     def upload_xorb(self, xorb_hash: bytes, body: bytes) -> bool:
         return self.client.upload_xorb(xorb_hash, body)
@@ -337,13 +388,10 @@ class HttpCASRemote:
         self.client.upload_shard(data)
 
     def shards_for_file(self, file_hash: bytes) -> list[bytes]:
-        try:
-            return [shardfmt.serialize_shard(self.client.get_file_shard(file_hash))]
-        except FileNotFoundInCASError:
-            return []
+        return self.client.shards_for_file(file_hash)
 
     def download_xorb(self, xorb_hash: bytes) -> bytes:
-        raise XorbNotFoundError(to_hex(xorb_hash))  # reads go through chunk_source()
+        return self.client.download_xorb(xorb_hash)
 
     def chunk_source(self) -> RemoteChunkSource:
         if self._source is None:

@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gitxet.cli import serve
+from gitxet.cli import _env, serve
 from gitxet.server.auth import TokenStore
 
 
@@ -100,10 +100,10 @@ def test_token_for_prefers_the_environment(
     memkeyring: MemoryKeyring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     memkeyring.set_password("gitxet", "http://h:1", "from-keyring")
-    assert serve.token_for("http://user:pw@h:1/data.git") == "from-keyring"
-    assert serve.token_for("http://other/x.git") is None
+    assert _env.token_for("http://user:pw@h:1/data.git") == "from-keyring"
+    assert _env.token_for("http://other/x.git") is None
     monkeypatch.setenv("GITXET_TOKEN", "from-env")
-    assert serve.token_for("http://h:1/data.git") == "from-env"
+    assert _env.token_for("http://h:1/data.git") == "from-env"
 
 
 def test_login_checks_and_stores_the_token(

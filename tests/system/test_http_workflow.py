@@ -1,0 +1,141 @@
+"""The git workflow and mounts against a real `git xet serve` over HTTP (uvicorn on loopback)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitxet.remote.client import discover
+from gitxet.server.auth import TokenStore
+from gitxet.server.run import BackgroundServer, ServerConfig
+from tests.helpers.fuse_env import fuse_unavailable_reason
+
+pytestmark = [
+    pytest.mark.timeout(300),
+    # hf_xet 1.8 deprecates upload_files in favour of XetSession; both speak the same protocol
+    pytest.mark.filterwarnings("ignore:hf_xet.*deprecated:DeprecationWarning"),
+]
+
+
+@pytest.fixture
+def srv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str, str]]:
+    """(host:port, write token, read token), with git-xet on PATH and a private cache."""
+    root = tmp_path / "srv"
+    ts = TokenStore(str(root))
+    write, _ = ts.create("write")
+    read, _ = ts.create("read")
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GITXET_STATE_DIR", str(tmp_path / "state"))
+    with BackgroundServer(ServerConfig(root=str(root), port=0)) as s:
+        yield s.url.removeprefix("http://"), write, read
+
+
+def run(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    full = dict(os.environ)
+    full.update(env or {})
+    r = subprocess.run(list(args), cwd=cwd, env=full, capture_output=True, text=True, timeout=240)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{args}: {r.returncode}\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def test_clone_edit_push_mount_over_http(srv: tuple[str, str, str], tmp_path: Path) -> None:
+    host, write, read = srv
+    url = f"http://user:{write}@{host}/data.git"
+    tok = {"GITXET_TOKEN": write}
+    work = tmp_path / "work"
+    run("git", "init", "-q", str(work), cwd=tmp_path)
+    run("git-xet", "init", cwd=work)
+    rnd = random.Random(5)
+    big = rnd.randbytes(6 << 20)
+    (work / "big.bin").write_bytes(big)
+    (work / "notes.txt").write_text("hello\n")
+    run("git-xet", "add", ".", cwd=work)
+    run("git", "commit", "-qm", "v1", cwd=work)
+    run("git", "remote", "add", "origin", url, cwd=work)
+    # no CAS token: the pre-push upload is refused clearly and git updates nothing
+    r = run(
+        "git", "push", "-q", "origin", "main", cwd=work, env={"GITXET_TOKEN": read}, check=False
+    )
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "403" in r.stderr or "denied" in r.stderr.lower(), r.stderr
+    run("git", "push", "-q", "origin", "main", cwd=work, env=tok)
+
+    clone = tmp_path / "clone"
+    run("git-xet", "clone", url, str(clone), cwd=tmp_path, env=tok)
+    assert (clone / "big.bin").read_bytes() == big
+    # edit, commit, push from the clone: only the new chunks travel
+    edited = big[:1000] + rnd.randbytes(3000) + big[1000:]
+    (clone / "big.bin").write_bytes(edited)
+    out = run("git-xet", "add", "big.bin", cwd=clone, env=tok).stdout
+    assert "deduplicated" in out
+    run("git", "commit", "-qm", "v2", cwd=clone)
+    run("git", "push", "-q", "origin", "main", cwd=clone, env=tok)
+
+    # the first work tree pulls it
+    run("git", "pull", "-q", "origin", "main", cwd=work, env=tok)
+    assert (work / "big.bin").read_bytes() == edited
+
+    reason = fuse_unavailable_reason()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        return
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    run("git-xet", "mount", url, "main", str(mnt), cwd=tmp_path, env=tok)
+    try:
+        assert sha((mnt / "big.bin").read_bytes()) == sha(edited)
+        fd = os.open(mnt / "big.bin", os.O_RDONLY)
+        try:
+            assert os.pread(fd, 5000, 900) == edited[900:5900]
+        finally:
+            os.close(fd)
+    finally:
+        run("git-xet", "unmount", str(mnt), cwd=tmp_path, check=False)
+    # warm cache: an offline mount serves without the server being asked
+    run("git-xet", "mount", "--offline", url, "main", str(mnt), cwd=tmp_path, env=tok)
+    try:
+        assert (mnt / "big.bin").read_bytes() == edited
+    finally:
+        run("git-xet", "unmount", str(mnt), cwd=tmp_path, check=False)
+
+
+def test_hf_xet_upload_is_smudgeable_by_gitxet(srv: tuple[str, str, str], tmp_path: Path) -> None:
+    hf_xet = pytest.importorskip("hf_xet")
+    host, write, _ = srv
+    url = f"http://user:{write}@{host}/models.git"
+    data = random.Random(6).randbytes(3 << 20)
+    f = tmp_path / "w.bin"
+    f.write_bytes(data)
+    cas = discover(f"http://{host}/models.git", token=write).cas_url
+    (res,) = hf_xet.upload_files([str(f)], cas, (write, 2**31), None, None, "model")
+    ptr = (
+        "version https://gitxet.dev/spec/v1\n"
+        f"oid sha256:{sha(data)}\nsize {len(data)}\nxet-hash {res.hash}\n"
+    )
+    work = tmp_path / "work"
+    run("git", "init", "-q", str(work), cwd=tmp_path)
+    run("git-xet", "init", cwd=work)
+    (work / "weights.bin").write_text(ptr)
+    run("git", "add", "weights.bin", cwd=work, env={"GITXET_LAZY": "1"})
+    run("git", "commit", "-qm", "pointer to hf_xet data", cwd=work)
+    run("git", "remote", "add", "origin", url, cwd=work)
+    run("git", "push", "-q", "origin", "main", cwd=work, env={"GITXET_TOKEN": write})
+    clone = tmp_path / "clone"
+    run("git-xet", "clone", url, str(clone), cwd=tmp_path, env={"GITXET_TOKEN": write})
+    assert (clone / "weights.bin").read_bytes() == data
