@@ -35,16 +35,20 @@ DEFAULT_THRESHOLD = 256 * 1024
 Progress = Callable[[int], None]
 
 
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
 def parse_size(text: str) -> int:
-    """``"256k"``, ``"1m"``, ``"1048576"`` -> bytes (git-config style suffixes)."""
-    t = text.strip().lower()
-    mult = 1
-    for suffix, m in (("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30)):
-        if t.endswith(suffix):
-            t, mult = t[:-1], m
+    """``"256k"``, ``"1m"``, ``"10GiB"``, ``"20g"``, ``"1048576"`` -> bytes (binary units)."""
+    t = text.strip().lower().replace(" ", "")
+    for suffix in ("ib", "b"):
+        if t.endswith(suffix) and t[: -len(suffix)][-1:] in "kmgt" and len(t) > len(suffix):
+            t = t[: -len(suffix)]
             break
+    unit = t[-1:] if t[-1:] in "kmgt" else ""
+    number = t[:-1] if unit else t
     try:
-        value = int(t) * mult
+        value = int(number) * _SIZE_UNITS[unit]
     except ValueError:
         raise ConfigError(f"not a size: {text!r}") from None
     if value < 0:

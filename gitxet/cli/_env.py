@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from typing import Any
 
 from gitxet.data.transfer import CASRemote
 from gitxet.errors import ConfigError
@@ -54,6 +55,13 @@ def cache_root(override: str | None = None) -> str:
     return os.path.join(base, "gitxet")
 
 
+def prefetch_bytes(text: str | None = None, value: int | None = None) -> int:
+    """How far past a read the mount fetches (``--prefetch``/``GITXET_PREFETCH``, 4M)."""
+    if value is not None:
+        return value
+    return parse_size(text or os.environ.get("GITXET_PREFETCH") or "4m")
+
+
 def cache_bytes(override: str | None = None) -> int:
     return parse_size(override or os.environ.get("GITXET_CACHE_SIZE") or "10g")
 
@@ -66,7 +74,12 @@ def _endpoint_record(root: str, url: str) -> str:
 
 
 def remote_factory(
-    root: str, max_bytes: int, *, offline: bool = False
+    root: str,
+    max_bytes: int,
+    *,
+    offline: bool = False,
+    token: str | None = None,
+    read_ahead: int | None = None,
 ) -> Callable[[str], CASRemote]:
     """Build the CAS remote of an http(s) git URL: discovery, token, shared chunk cache."""
 
@@ -75,7 +88,7 @@ def remote_factory(
         from gitxet.remote.client import CASClient, discover
         from gitxet.store.atomic import atomic_write
 
-        token = token_for(url)
+        tok = token or token_for(url)
         record = _endpoint_record(root, url)
         if offline:
             try:
@@ -84,13 +97,13 @@ def remote_factory(
             except (OSError, ValueError, KeyError):
                 raise ConfigError(f"{url}: never used online, nothing cached (offline)") from None
         else:
-            found = discover(url, token=token)
+            found = discover(url, token=tok)
             endpoint = found.cas_url
-            token = token or found.access_token
+            tok = tok or found.access_token
             atomic_write(record, json.dumps({"cas_url": endpoint}).encode(), durable=False)
-        client = CASClient(endpoint, token)
+        client = CASClient(endpoint, tok)
         cache = DiskChunkCache(os.path.join(root, "chunks"), max_bytes)
-        remote = HttpCASRemote(client, cache)
+        remote = HttpCASRemote(client, cache, read_ahead=prefetch_bytes(None, read_ahead))
         if offline:
             remote.chunk_source().offline = True
         return remote
@@ -99,10 +112,36 @@ def remote_factory(
 
 
 def http_access(
-    url: str, cache_dir: str | None = None, cache_size: str | None = None, *, offline: bool = False
+    url: str,
+    cache_dir: str | None = None,
+    cache_size: str | None = None,
+    *,
+    offline: bool = False,
+    token: str | None = None,
+    prefetch: str | None = None,
 ) -> HttpAccess:
-    """Settings for opening the dataset at ``url`` (mount, warmup, fsspec from the CLI)."""
-    token = token_for(url) if url.startswith(("http://", "https://")) else None
+    """Settings for opening the dataset at ``url`` (mount, warmup, plugins).
+
+    ``token`` (e.g. a Docker volume option or a CSI secret) beats the environment/keyring.
+    """
+    if token is None and url.startswith(("http://", "https://")):
+        token = token_for(url)
     root = cache_root(cache_dir)
     size = cache_bytes(cache_size)
-    return HttpAccess(root, token, offline, size, remote_factory(root, size, offline=offline))
+    make = remote_factory(
+        root, size, offline=offline, token=token, read_ahead=prefetch_bytes(prefetch)
+    )
+    return HttpAccess(root, token, offline, size, make)
+
+
+def plugin_resolver() -> Callable[[Any], str]:
+    """A Mounter ``resolve`` that also opens http(s) repos with the spec's own token."""
+
+    def resolve(spec: Any) -> str:
+        from gitxet.plugins.mounter import resolve_local
+
+        return resolve_local(
+            spec, http_access(spec.repo, cache_size=spec.cache_size, token=spec.token)
+        )
+
+    return resolve

@@ -73,7 +73,9 @@ def csi_cmd(
     # Mount daemons inherit PATH/HOME but never a token of ours: each volume's token goes
     # to its own daemon only.
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-    mounter = SubprocessMounter(os.path.join(state, "mounter"), env=env)
+    from gitxet.cli._env import plugin_resolver
+
+    mounter = SubprocessMounter(os.path.join(state, "mounter"), env=env, resolve=plugin_resolver())
     node = NodeService(
         mounter,
         os.path.join(state, "csi"),

@@ -41,6 +41,10 @@ CacheDirOpt = Annotated[
 CacheSizeOpt = Annotated[
     str | None, typer.Option("--cache-size", help="Cap of the chunk cache, e.g. 20g (LRU).")
 ]
+PrefetchOpt = Annotated[
+    str | None,
+    typer.Option("--prefetch", help="Read ahead this much past each fetch (default 4M; 0: off)."),
+]
 OfflineOpt = Annotated[
     bool, typer.Option("--offline", help="Serve only from the cache; a miss is an I/O error.")
 ]
@@ -53,12 +57,14 @@ def _open_fs(  # type: ignore[no-untyped-def]
     cache_dir: str | None = None,
     cache_size: str | None = None,
     offline: bool = False,
+    prefetch: str | None = None,
 ):
     from gitxet.cli._env import http_access
     from gitxet.repo import open_dataset
     from gitxet.vfs.model import CommitFS
 
-    ds = open_dataset(repo, http_access(repo, cache_dir, cache_size, offline=offline))
+    access = http_access(repo, cache_dir, cache_size, offline=offline, prefetch=prefetch)
+    ds = open_dataset(repo, access)
     sha = ds.resolve(commit)
     fs = CommitFS(ds.git_dir, sha, ds.chunk_source(), subdir=os.fsencode(subdir or ""))
     return ds, sha, fs
@@ -86,6 +92,7 @@ def mount_cmd(
     cache_dir: CacheDirOpt = None,
     cache_size: CacheSizeOpt = None,
     offline: OfflineOpt = False,
+    prefetch: PrefetchOpt = None,
 ) -> None:
     """Mount a commit read-only, reading file data lazily (FUSE by default).
 
@@ -96,13 +103,14 @@ def mount_cmd(
     mnt = os.path.abspath(mountpoint)
     if not os.path.isdir(mnt):
         raise typer.BadParameter(f"{mnt} is not a directory", param_hint="MOUNTPOINT")
-    cache = (cache_dir, cache_size, offline)
+    cache = (cache_dir, cache_size, offline, prefetch)
     if not foreground and not nfs:
         # the daemon opens the commit itself: here only check that repo and commit resolve
         from gitxet.cli._env import http_access
         from gitxet.repo import open_dataset
 
-        ds = open_dataset(repo, http_access(repo, cache_dir, cache_size, offline=offline))
+        access = http_access(repo, cache_dir, cache_size, offline=offline, prefetch=prefetch)
+        ds = open_dataset(repo, access)
         sha = ds.resolve(commit)
         typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
         _start_daemon(repo, sha, mnt, subdir, allow_other, timeout, cache)
@@ -130,7 +138,7 @@ def _start_daemon(
     subdir: str | None,
     allow_other: bool,
     timeout: float,
-    cache: tuple[str | None, str | None, bool],
+    cache: tuple[str | None, str | None, bool, str | None],
 ) -> None:
     import gitxet.mount.fuse
     import gitxet.vfs.model  # noqa: F401

@@ -64,7 +64,9 @@ def docker_plugin_cmd(
     # The daemons get this environment (PATH, HOME for git) but never a token of ours: each
     # volume's token is handed to its own daemon only.
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-    mounter = SubprocessMounter(os.path.join(state, "mounter"), env=env)
+    from gitxet.cli._env import plugin_resolver
+
+    mounter = SubprocessMounter(os.path.join(state, "mounter"), env=env, resolve=plugin_resolver())
     driver = VolumeDriver(
         mounter,
         state,

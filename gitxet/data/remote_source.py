@@ -161,10 +161,18 @@ class RemoteChunkSource:
 
     is_local = False
 
-    def __init__(self, client: CASClient, cache: DiskChunkCache, *, offline: bool = False) -> None:
+    def __init__(
+        self,
+        client: CASClient,
+        cache: DiskChunkCache,
+        *,
+        offline: bool = False,
+        read_ahead: int = READ_AHEAD,
+    ) -> None:
         self.client = client
         self.cache = cache
         self.offline = offline
+        self.read_ahead = max(0, read_ahead)
         self._lock = threading.Lock()
         self._files: dict[bytes, shardfmt.FileInfo] = {}
         self._layouts: dict[bytes, RemoteLayout] = {}
@@ -301,11 +309,10 @@ class RemoteChunkSource:
             loc = self._location(xorb_hash, refresh=attempt > 0)
             if loc is None:
                 return self._fetch_entry(xorb_hash, lay, idx)
-            end = idx + 1
             # read ahead: small random reads cost a round trip each, big ones do not
-            while (
-                end < loc.num_chunks and loc.data_offsets[end] - loc.data_offsets[idx] < READ_AHEAD
-            ):
+            offs = loc.data_offsets
+            end = idx + 1
+            while end < loc.num_chunks and offs[end] - offs[idx] < self.read_ahead:
                 end += 1
             try:
                 chunks = self.client.read_xorb_chunks(xorb_hash, idx, end, loc)
@@ -372,10 +379,13 @@ class HttpCASRemote:
     """A :class:`~gitxet.data.transfer.CASRemote` for a CAS server (push side), which also
     offers a :class:`RemoteChunkSource` for reads."""
 
-    def __init__(self, client: CASClient, cache: DiskChunkCache) -> None:
+    def __init__(
+        self, client: CASClient, cache: DiskChunkCache, *, read_ahead: int = READ_AHEAD
+    ) -> None:
         self.name = client.endpoint
         self.client = client
         self.cache = cache
+        self.read_ahead = read_ahead
         self._source: RemoteChunkSource | None = None
 
     def has_xorb(self, xorb_hash: bytes) -> bool:
@@ -395,5 +405,5 @@ class HttpCASRemote:
 
     def chunk_source(self) -> RemoteChunkSource:
         if self._source is None:
-            self._source = RemoteChunkSource(self.client, self.cache)
+            self._source = RemoteChunkSource(self.client, self.cache, read_ahead=self.read_ahead)
         return self._source

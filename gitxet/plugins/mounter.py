@@ -30,8 +30,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+if TYPE_CHECKING:
+    from gitxet.repo import HttpAccess
 from gitxet.errors import FormatError, GitxetError, MountError, MountSpecError, NotFoundError
 from gitxet.git import process
 from gitxet.mount import runner
@@ -157,12 +159,16 @@ def validate_spec(spec: MountSpec, target: str = "") -> None:
         raise MountSpecError(where, "token", "is empty")
 
 
-def resolve_local(spec: MountSpec) -> str:
-    """Full commit sha of ``spec.commit`` in ``spec.repo`` (local path or file:// URL)."""
+def resolve_local(spec: MountSpec, access: HttpAccess | None = None) -> str:
+    """Full commit sha of ``spec.commit`` in ``spec.repo``.
+
+    Local paths and file:// URLs need nothing else; http(s) repositories need ``access``
+    (cache and credentials), which the plugin's command line builds.
+    """
     from gitxet.repo import open_dataset
 
     try:
-        ds = open_dataset(spec.repo)
+        ds = open_dataset(spec.repo, access)
     except NotFoundError as exc:
         raise MountSpecError(spec.repo, "repo", str(exc)) from None
     try:
