@@ -575,30 +575,33 @@ def mirror_git_metadata(url: str, access: HttpAccess) -> str:
     import hashlib
     import subprocess
 
+    from gitxet.data.remote_source import without_credentials
     from gitxet.errors import NotFoundError
 
-    safe = urllib.parse.urlsplit(url)._replace(query="", fragment="")
-    key = hashlib.sha256(safe.geturl().encode()).hexdigest()[:24]
+    parts = urllib.parse.urlsplit(url)
+    token = access.token or (urllib.parse.unquote(parts.password) if parts.password else None)
+    clean = without_credentials(url)
+    key = hashlib.sha256(clean.encode()).hexdigest()[:24]
     path = os.path.join(access.cache_root, "repos", key + ".git")
     if access.offline:
         if not os.path.isdir(path):
-            raise NotFoundError(f"{safe.geturl()}: not in the cache (offline)")
+            raise NotFoundError(f"{clean}: not in the cache (offline)")
         return path
     env = dict(os.environ)
-    env.update(_git_auth_env(access.token))
+    env.update(_git_auth_env(token))
     if os.path.isdir(path):
         args = ["git", "--git-dir", path, "fetch", "--quiet", "--prune", "origin"]
     else:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = path + f".tmp-{os.getpid()}"
-        args = ["git", "clone", "--quiet", "--mirror", "--", url, tmp]
+        args = ["git", "clone", "--quiet", "--mirror", "--", clean, tmp]
     r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=False)
     if r.returncode != 0:
         lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
         msg = lines[-1] if lines else f"git exited with {r.returncode}"
-        if access.token:
-            msg = msg.replace(access.token, "***")
-        raise GitError(f"{safe.geturl()}: {msg}")
+        if token:
+            msg = msg.replace(token, "***")
+        raise GitError(f"{clean}: {msg}")
     if not os.path.isdir(path):
         try:
             os.rename(tmp, path)

@@ -7,7 +7,6 @@ login``) give the token; ``GITXET_CACHE_SIZE`` caps the chunk cache (default 10G
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -66,13 +65,6 @@ def cache_bytes(override: str | None = None) -> int:
     return parse_size(override or os.environ.get("GITXET_CACHE_SIZE") or "10g")
 
 
-def _endpoint_record(root: str, url: str) -> str:
-    import hashlib
-
-    key = hashlib.sha256(url.encode()).hexdigest()[:24]
-    return os.path.join(root, "endpoints", key + ".json")
-
-
 def remote_factory(
     root: str,
     max_bytes: int,
@@ -81,34 +73,17 @@ def remote_factory(
     token: str | None = None,
     read_ahead: int | None = None,
 ) -> Callable[[str], CASRemote]:
-    """Build the CAS remote of an http(s) git URL: discovery, token, shared chunk cache."""
+    """The CAS remote of an http(s) git URL, with this machine's token lookup."""
+    from gitxet.data.remote_source import http_remote_factory
 
-    def make(url: str) -> CASRemote:
-        from gitxet.data.remote_source import DiskChunkCache, HttpCASRemote
-        from gitxet.remote.client import CASClient, discover
-        from gitxet.store.atomic import atomic_write
-
-        tok = token or token_for(url)
-        record = _endpoint_record(root, url)
-        if offline:
-            try:
-                with open(record, encoding="utf-8") as f:
-                    endpoint = json.load(f)["cas_url"]
-            except (OSError, ValueError, KeyError):
-                raise ConfigError(f"{url}: never used online, nothing cached (offline)") from None
-        else:
-            found = discover(url, token=tok)
-            endpoint = found.cas_url
-            tok = tok or found.access_token
-            atomic_write(record, json.dumps({"cas_url": endpoint}).encode(), durable=False)
-        client = CASClient(endpoint, tok)
-        cache = DiskChunkCache(os.path.join(root, "chunks"), max_bytes)
-        remote = HttpCASRemote(client, cache, read_ahead=prefetch_bytes(None, read_ahead))
-        if offline:
-            remote.chunk_source().offline = True
-        return remote
-
-    return make
+    return http_remote_factory(
+        root,
+        max_bytes,
+        offline=offline,
+        token=token,
+        token_lookup=token_for,
+        read_ahead=prefetch_bytes(None, read_ahead),
+    )
 
 
 def http_access(

@@ -15,10 +15,12 @@ that any of them fetched is never fetched again, until LRU eviction makes room.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import time
-from collections.abc import Sequence
+import urllib.parse
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gitxet.errors import (
@@ -407,3 +409,60 @@ class HttpCASRemote:
         if self._source is None:
             self._source = RemoteChunkSource(self.client, self.cache, read_ahead=self.read_ahead)
         return self._source
+
+
+def without_credentials(url: str) -> str:
+    """``url`` without ``user:password@`` (credentials never go to disk or logs)."""
+    s = urllib.parse.urlsplit(url)
+    host = s.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{s.port}" if s.port else "")
+    return s._replace(netloc=netloc, query="", fragment="").geturl()
+
+
+def _endpoint_record(root: str, url: str) -> str:
+    import hashlib
+
+    key = hashlib.sha256(without_credentials(url).encode()).hexdigest()[:24]
+    return os.path.join(root, "endpoints", key + ".json")
+
+
+def http_remote_factory(
+    root: str,
+    max_bytes: int,
+    *,
+    offline: bool = False,
+    token: str | None = None,
+    token_lookup: Callable[[str], str | None] | None = None,
+    read_ahead: int = READ_AHEAD,
+) -> Callable[[str], HttpCASRemote]:
+    """Build the CAS remote of an http(s) git URL: discovery, token, the shared chunk cache
+    under ``root``. Offline, the endpoint found by an earlier online use is reused."""
+
+    def make(url: str) -> HttpCASRemote:
+        from gitxet.remote.client import discover
+
+        tok = token or (token_lookup(url) if token_lookup is not None else None)
+        record = _endpoint_record(root, url)
+        if offline:
+            try:
+                with open(record, encoding="utf-8") as f:
+                    endpoint = json.load(f)["cas_url"]
+            except (OSError, ValueError, KeyError):
+                raise CacheMissError(
+                    f"{url}: never used online, nothing cached (offline)"
+                ) from None
+        else:
+            found = discover(url, token=tok)
+            endpoint = found.cas_url
+            tok = tok or found.access_token
+            atomic_write(record, json.dumps({"cas_url": endpoint}).encode(), durable=False)
+        client = CASClient(endpoint, tok)
+        cache = DiskChunkCache(os.path.join(root, "chunks"), max_bytes)
+        remote = HttpCASRemote(client, cache, read_ahead=read_ahead)
+        if offline:
+            remote.chunk_source().offline = True
+        return remote
+
+    return make

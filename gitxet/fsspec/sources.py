@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from gitxet.data.reconstruct import ChunkCache, ChunkSource, Layout
 from gitxet.errors import GitError, NotFoundError
 from gitxet.formats.shard import FileInfo
-from gitxet.repo import DatasetSource, open_dataset
+from gitxet.repo import DatasetSource, HttpAccess, open_dataset
 from gitxet.vfs.model import CommitFS
 
 DEFAULT_MAX_COMMITS = 8
@@ -103,11 +103,17 @@ def repo_key(repo: str) -> str:
 class CommitPool:
     """Repositories, revisions and commits opened by one filesystem instance; thread-safe."""
 
-    def __init__(self, cache_bytes: int = 64 << 20, max_commits: int = DEFAULT_MAX_COMMITS) -> None:
+    def __init__(
+        self,
+        cache_bytes: int = 64 << 20,
+        max_commits: int = DEFAULT_MAX_COMMITS,
+        access: HttpAccess | None = None,
+    ) -> None:
         if cache_bytes < 0 or max_commits < 1:
             raise ValueError("cache_bytes must be >= 0 and max_commits >= 1")
         self.cache_bytes = cache_bytes
         self.max_commits = max_commits
+        self.access = access  # how to reach http(s) repositories (None: local ones only)
         self._counter = _Counter()
         self._reset()
 
@@ -140,7 +146,7 @@ class CommitPool:
         if found is not None:
             return found
         try:
-            ds = open_dataset(key)
+            ds = open_dataset(key, self.access)
         except NotFoundError as exc:
             raise FileNotFoundError(errno.ENOENT, f"xet: repository {repo}: {exc}") from exc
         except GitError as exc:

@@ -90,6 +90,21 @@ def test_clone_edit_push_mount_over_http(srv: tuple[str, str, str], tmp_path: Pa
     run("git", "pull", "-q", "origin", "main", cwd=work, env=tok)
     assert (work / "big.bin").read_bytes() == edited
 
+    # Python access without a mount, through the same chunk cache
+    import fsspec
+
+    from gitxet.fsspec import xet_url
+
+    u = xet_url(f"http://{host}/data.git", "main", "big.bin")
+    xfs = fsspec.filesystem("xet", token=write, cache_dir=str(tmp_path / "cache"))
+    try:
+        with xfs.open(u, "rb") as f:
+            f.seek(1000)
+            assert f.read(4000) == edited[1000:5000]
+    finally:
+        xfs.close()
+        type(xfs).clear_instance_cache()
+
     reason = fuse_unavailable_reason()
     if reason:
         if os.environ.get("CI"):
