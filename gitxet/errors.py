@@ -233,3 +233,10 @@ class LfsObjectMissingError(NotFoundError):
         super().__init__(f"git-lfs object {oid} for {path} is not in the local LFS store")
         self.oid = oid
         self.path = path
+
+
+class RepoUnavailableError(MountError):
+    """The repository's server could not be reached (or refused): worth retrying later."""
+
+    def __init__(self, mountpoint: str, reason: str) -> None:
+        super().__init__(mountpoint, reason)

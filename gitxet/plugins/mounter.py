@@ -34,7 +34,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from gitxet.repo import HttpAccess
-from gitxet.errors import FormatError, GitxetError, MountError, MountSpecError, NotFoundError
+from gitxet.errors import (
+    AuthError,
+    FormatError,
+    GitError,
+    GitxetError,
+    MountError,
+    MountSpecError,
+    NotFoundError,
+    RemoteError,
+    RepoUnavailableError,
+)
 from gitxet.git import process
 from gitxet.mount import runner
 from gitxet.store.atomic import atomic_write
@@ -171,6 +181,11 @@ def resolve_local(spec: MountSpec, access: HttpAccess | None = None) -> str:
         ds = open_dataset(spec.repo, access)
     except NotFoundError as exc:
         raise MountSpecError(spec.repo, "repo", str(exc)) from None
+    except AuthError as exc:
+        raise MountError(spec.repo, f"access denied: {exc}", returncode=5) from None
+    except (GitError, RemoteError) as exc:
+        # a server that is down or unreachable: a caller may retry (CSI: UNAVAILABLE)
+        raise RepoUnavailableError(spec.repo, str(exc)) from None
     try:
         sha = ds.resolve(spec.commit)
     except NotFoundError as exc:
@@ -381,6 +396,10 @@ class SubprocessMounter:
                 sha = self._resolve(spec)
             except MountSpecError as exc:
                 raise MountSpecError(mnt, exc.field, exc.detail) from None
+            except RepoUnavailableError as exc:
+                raise RepoUnavailableError(mnt, exc.reason) from None
+            except MountError as exc:
+                raise MountError(mnt, exc.reason, returncode=exc.returncode) from None
             except GitxetError as exc:
                 raise MountError(mnt, f"cannot resolve {spec.commit!r}: {exc}") from None
             return self._start(spec, sha, mnt, timeout).info()

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gitxet.errors import FormatError, MountError, MountSpecError
+from gitxet.errors import FormatError, MountError, MountSpecError, RepoUnavailableError
 from gitxet.plugins.csi import csi_pb2, csi_pb2_grpc, rpc
 from gitxet.plugins.csi.volumes import (
     CsiRequestError,
@@ -198,6 +198,9 @@ class NodeService:
             raise CsiRequestError(
                 "NOT_FOUND", f"volume {req.volume_id!r}: {exc.field}: {exc.detail}"
             ) from None
+        except RepoUnavailableError as exc:
+            self._undo(target, created, unmount=False)
+            raise CsiRequestError("UNAVAILABLE", _message_for(req, exc)) from None
         except MountError as exc:
             if was_mounted or self.mounter.is_mounted(target):
                 # Someone else's mount (or another spec) is there; leave it alone.
