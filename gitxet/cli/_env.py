@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gitxet.data.transfer import CASRemote
 from gitxet.errors import ConfigError
-from gitxet.repo import HttpAccess, parse_size
+
+if TYPE_CHECKING:  # kept out of start-up: every git-xet command imports this module
+    from gitxet.data.transfer import CASRemote
+    from gitxet.repo import HttpAccess
+
+
+def parse_size(text: str) -> int:
+    from gitxet.repo import parse_size as parse
+
+    return parse(text)
+
 
 TOKEN_ENV = "GITXET_TOKEN"
 KEYRING_SERVICE = "gitxet"
@@ -73,17 +82,25 @@ def remote_factory(
     token: str | None = None,
     read_ahead: int | None = None,
 ) -> Callable[[str], CASRemote]:
-    """The CAS remote of an http(s) git URL, with this machine's token lookup."""
-    from gitxet.data.remote_source import http_remote_factory
+    """The CAS remote of an http(s) git URL, with this machine's token lookup.
 
-    return http_remote_factory(
-        root,
-        max_bytes,
-        offline=offline,
-        token=token,
-        token_lookup=token_for,
-        read_ahead=prefetch_bytes(None, read_ahead),
-    )
+    httpx and the rest are imported on first use: local repositories never pay for them.
+    """
+
+    def make(url: str) -> CASRemote:
+        from gitxet.data.remote_source import http_remote_factory
+
+        build = http_remote_factory(
+            root,
+            max_bytes,
+            offline=offline,
+            token=token,
+            token_lookup=token_for,
+            read_ahead=prefetch_bytes(None, read_ahead),
+        )
+        return build(url)
+
+    return make
 
 
 def http_access(
@@ -106,6 +123,8 @@ def http_access(
     make = remote_factory(
         root, size, offline=offline, token=token, read_ahead=prefetch_bytes(prefetch)
     )
+    from gitxet.repo import HttpAccess
+
     return HttpAccess(root, token, offline, size, make)
 
 

@@ -179,7 +179,7 @@ def _wait_gone(pid: int, start_time: int, timeout: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(delay)
-        delay = min(delay * 2, 0.1)
+        delay = min(delay * 2, 0.02)  # readiness is what callers wait for: notice it soon
     return True
 
 
@@ -406,7 +406,7 @@ def start_background(
                 log_tail=handle.log_tail(),
             )
         time.sleep(delay)
-        delay = min(delay * 2, 0.1)
+        delay = min(delay * 2, 0.02)  # readiness is what callers wait for: notice it soon
 
 
 def _abort(handle: MountProcess) -> None:
