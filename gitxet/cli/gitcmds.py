@@ -319,6 +319,9 @@ def clone_cmd(
     ]  # fmt: skip
     if lazy:
         args += ["--config", "xet.lazy=true"]
+    else:
+        # fetch every file's data in one parallel batch, then check out from the local store
+        args.append("--no-checkout")
     if branch:
         args += ["--branch", branch]
     args += ["--", src]
@@ -329,6 +332,26 @@ def clone_cmd(
     from gitxet.git import hooks
 
     hooks.install_hooks(target, names=("pre-push",), program=program, on_conflict="chain")
+    if lazy:
+        return
+    from gitxet.errors import GitError
+    from gitxet.git import process
+
+    try:
+        process.rev_parse(target, "HEAD")
+    except GitError:
+        return  # an empty repository: nothing to check out
+    repo = _open_repo(target)
+    pointers = [f.pointer for f in repo.pointer_files("HEAD")]
+    total = sum(p.size for p in pointers)
+    from gitxet.errors import GitxetError as _Err
+
+    try:
+        with byte_progress("fetching", total or None) as advance:
+            repo.ensure_local(pointers, progress=advance)
+    except _Err:
+        pass  # the checkout below fetches file by file and names the file that fails
+    _git(["checkout", "-q", "-f", "HEAD"], cwd=target)
 
 
 def _clone_dir_name(src: str) -> str:

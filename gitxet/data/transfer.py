@@ -153,7 +153,9 @@ def fetch_files(
 
     def get(x: bytes) -> int:
         body = remote.download_xorb(x)
-        local.put_xorb(x, body)  # re-hashes: a corrupt remote xorb raises IntegrityError
+        # re-hashed here (a corrupt remote xorb raises IntegrityError); not fsynced: a copy
+        # can always be fetched again, and a torn one fails verification on read
+        local.put_xorb(x, body, durable=False)
         return len(body)
 
     moved = _move(todo, get, shards, local.put_shard, progress, workers, "fetch")

@@ -198,7 +198,7 @@ class LocalCAS:
             f.write(footer)
         return True
 
-    def put_xorb(self, xorb_hash: bytes, data: bytes) -> bool:
+    def put_xorb(self, xorb_hash: bytes, data: bytes, *, durable: bool | None = None) -> bool:
         """Verify and store a xorb received from elsewhere (footer optional); False if present.
 
         Raises:
@@ -215,7 +215,8 @@ class LocalCAS:
             total += size
             ends.append(total)
         footer = xorbfmt.build_footer(xorb_hash, parsed.chunk_hashes, parsed.byte_offsets[1:], ends)
-        with atomic_writer(self.xorb_path(xorb_hash), durable=self.durable) as f:
+        keep = self.durable if durable is None else durable
+        with atomic_writer(self.xorb_path(xorb_hash), durable=keep) as f:
             f.write(body)
             f.write(footer)
         return True
