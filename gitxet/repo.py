@@ -156,6 +156,7 @@ class XetRepo:
         self._stats_lock = threading.Lock()
         self._remote_factory = remote_factory
         self._remotes: dict[str, CASRemote] = {}
+        self._delay_ok: bool | None = None
 
     def _config(self, key: str) -> str | None:
         return process.config_get(self.cwd, key)
@@ -257,7 +258,11 @@ class XetRepo:
         self.write_content(ptr, dst)
 
     def can_delay(self, pathname: str) -> bool:
-        return True
+        # Delayed smudges run in parallel but are spooled; local data streams faster inline.
+        # Only data behind a server (network-bound) is worth fetching in parallel.
+        if self._delay_ok is None:
+            self._delay_ok = self._remote_source() is not None
+        return self._delay_ok
 
     # ---- content -------------------------------------------------------------------------
 

@@ -32,7 +32,10 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, BinaryIO, Protocol, cast
+from typing import IO, TYPE_CHECKING, BinaryIO, Protocol, cast
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, WriteableBuffer
 
 from gitxet.errors import FilterAbortError, FilterProtocolError
 from gitxet.git.pktline import (
@@ -102,6 +105,10 @@ class FilterOptions:
     delayed_input_limit: int = 64 * 1024
     #: Directory for spilled spools (None: the system temp directory).
     spool_dir: str | None = None
+    #: Inline requests whose whole input fits in this many bytes stream their output to git
+    #: as it is produced (no spool). An error after content started is reported with a
+    #: trailing ``status=error``, which makes git discard what it got. 0 disables this.
+    stream_input_limit: int = 64 * 1024
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - set(CAPABILITIES)
@@ -290,7 +297,14 @@ class FilterServer:
                 return
             src = spooled  # too big to park: serve it now
         else:
-            src = io.BufferedReader(reader, MAX_PAYLOAD)
+            head = _read_at_most(reader, self._opts.stream_input_limit + 1)
+            if len(head) <= self._opts.stream_input_limit and reader.done:
+                # The whole input is here, so git is waiting for our answer (no deadlock
+                # writing while it writes): stream the output instead of spooling it.
+                reader.drain()
+                self._run_streaming(req, io.BytesIO(head))
+                return
+            src = io.BufferedReader(_Prefixed(head, reader), MAX_PAYLOAD)
 
         try:
             outcome, result = self._run(req.command, req.pathname, src, self._opts.spool_memory)
@@ -340,6 +354,36 @@ class FilterServer:
             self._report(command, pathname, exc)
             return _Outcome.ERROR, None
         return _Outcome.SUCCESS, dst
+
+    def _run_streaming(self, req: _Request, src: IO[bytes]) -> None:
+        """Run the handler with its output going straight to git (see stream_input_limit)."""
+        method = self._handler.clean if req.command == "clean" else self._handler.smudge
+        out = _StreamingResult(self._out)
+        try:
+            method(_decode_path(req.pathname), cast(BinaryIO, src), cast(BinaryIO, out))
+        except FilterAbortError as exc:
+            self._report(req.command, req.pathname, exc)
+            if out.started:
+                out.fail()
+            else:
+                self._aborted.add(req.command)
+                self._send_status(_Outcome.ABORT)
+            return
+        except Exception as exc:
+            self._report(req.command, req.pathname, exc)
+            if out.started:
+                out.fail()
+            else:
+                self._send_status(_Outcome.ERROR)
+            return
+        if out.closed:  # the handler closed its output: we cannot know it finished
+            self._report(req.command, req.pathname, ValueError("handler closed its output"))
+            if out.started:
+                out.fail()
+            else:
+                self._send_status(_Outcome.ERROR)
+            return
+        out.finish()
 
     def _spool(self, memory: int) -> IO[bytes]:
         return tempfile.SpooledTemporaryFile(max_size=memory, dir=self._opts.spool_dir)
@@ -439,6 +483,78 @@ class FilterServer:
             item.src.close()
             if item.result is not None:
                 item.result.close()
+
+
+class _StreamingResult(io.RawIOBase):
+    """Content for git, sent as written: ``status=success`` goes out with the first byte."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self._writer: PktWriter | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._writer is not None
+
+    def writable(self) -> bool:
+        return True
+
+    def _start(self) -> PktWriter:
+        if self._writer is None:
+            write_text_list(self._out, ["status=success"])
+            self._writer = PktWriter(self._out)
+        return self._writer
+
+    def write(self, data: ReadableBuffer) -> int:  # type: ignore[override]
+        if self.closed:
+            raise ValueError("write to a closed filter output")
+        if not memoryview(data).nbytes:
+            return 0
+        return self._start().write(data)
+
+    def finish(self) -> None:
+        self._start().close()  # the rest of the content and its flush
+        write_flush(self._out)  # empty list: "status=success" stands
+        self._out.flush()
+
+    def fail(self) -> None:
+        assert self._writer is not None
+        self._writer.close()
+        write_text_list(self._out, ["status=error"])  # git drops what it received
+        self._out.flush()
+
+
+class _Prefixed(io.RawIOBase):
+    """``head`` and then the rest of a packet stream."""
+
+    def __init__(self, head: bytes, rest: PktReader) -> None:
+        self._head = memoryview(head)
+        self.raw = rest  # so a broken pipe under the handler is still recognized
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._head.nbytes:
+            n = min(view.nbytes, self._head.nbytes)
+            view[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        return self.raw.readinto(view)
+
+
+def _read_at_most(reader: PktReader, n: int) -> bytes:
+    """Up to ``n`` bytes of a packet stream (fewer only at its end)."""
+    parts: list[bytes] = []
+    left = n
+    while left > 0:
+        b = reader.read(min(left, MAX_PAYLOAD))
+        if not b:
+            break
+        parts.append(b)
+        left -= len(b)
+    return b"".join(parts)
 
 
 def _copy(src: io.RawIOBase, dst: IO[bytes]) -> int:

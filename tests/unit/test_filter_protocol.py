@@ -342,7 +342,25 @@ def test_handler_closing_dst_is_an_error() -> None:
     request(script, "clean", "x", b"1")
     out, _ = run_server(script.getvalue(), Closer())
     expect_handshake(out)
-    assert read_response(out) == ("error", None)
+    # streamed: the "x" already went out, and the trailing status=error makes git drop it
+    assert read_response(out)[0] == "error"
+
+
+def test_streamed_output_failing_midway_ends_with_status_error() -> None:
+    class HalfWay(Handler):
+        def smudge(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
+            src.read()
+            dst.write(b"partial")
+            raise OSError("the data went away")
+
+    script = io.BytesIO()
+    handshake(script)
+    request(script, "smudge", "x", b"pointer")
+    request(script, "smudge", "y", b"pointer")
+    out, _ = run_server(script.getvalue(), HalfWay())
+    expect_handshake(out)
+    assert read_response(out) == ("error", b"partial")
+    assert read_response(out)[0] == "error"
 
 
 # ---- delay over BytesIO (one delayed path: deterministic) ---------------------------------
