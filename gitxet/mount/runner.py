@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from gitxet.errors import FormatError, MountError
+from gitxet.formats.record import parse_record
 
 MOUNTINFO = "/proc/self/mountinfo"
 LOG_TAIL_LINES = 20
@@ -546,16 +547,6 @@ class MountRecord:
     @classmethod
     def from_json(cls, data: bytes, *, what: str = "mount record") -> MountRecord:
         """Parse a record strictly; :class:`FormatError` names the defect."""
-        if len(data) > _RECORD_MAX_BYTES:
-            raise FormatError(what, f"larger than {_RECORD_MAX_BYTES} bytes")
-        try:
-            body = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise FormatError(what, f"not JSON: {exc}") from exc
-        if not isinstance(body, dict):
-            raise FormatError(what, "not a JSON object")
-        if body.get("version") != _RECORD_VERSION:
-            raise FormatError(what, f"unsupported version {body.get('version')!r}")
         types: dict[str, tuple[type, ...]] = {
             "mountpoint": (str,),
             "pid": (int,),
@@ -567,15 +558,9 @@ class MountRecord:
             "started_at": (float, int),
             "log_path": (str,),
         }
-        extra = set(body) - set(types) - {"version"}
-        if extra:
-            raise FormatError(what, f"unknown fields {sorted(extra)}")
-        for key, allowed in types.items():
-            if key not in body:
-                raise FormatError(what, f"missing field {key!r}")
-            value = body[key]
-            if isinstance(value, bool) or not isinstance(value, allowed):
-                raise FormatError(what, f"field {key!r} has the wrong type")
+        body = parse_record(
+            data, what, version=_RECORD_VERSION, types=types, max_bytes=_RECORD_MAX_BYTES
+        )
         if body["kind"] not in _MOUNT_KINDS:
             raise FormatError(what, f"unknown mount kind {body['kind']!r}")
         if body["pid"] <= 0 or body["start_time"] < 0:

@@ -45,6 +45,7 @@ from gitxet.errors import (
     RemoteError,
     RepoUnavailableError,
 )
+from gitxet.formats.record import parse_record
 from gitxet.git import process
 from gitxet.mount import runner
 from gitxet.store.atomic import atomic_write
@@ -252,24 +253,9 @@ class _Record:
 
     @classmethod
     def from_json(cls, data: bytes, what: str) -> _Record:
-        if len(data) > _RECORD_MAX_BYTES:
-            raise FormatError(what, f"larger than {_RECORD_MAX_BYTES} bytes")
-        try:
-            body = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise FormatError(what, f"not JSON: {exc}") from exc
-        if not isinstance(body, dict):
-            raise FormatError(what, "not a JSON object")
-        if body.get("version") != _RECORD_VERSION:
-            raise FormatError(what, f"unsupported version {body.get('version')!r}")
-        extra = set(body) - set(_RECORD_TYPES) - {"version"}
-        if extra:
-            raise FormatError(what, f"unknown fields {sorted(extra)}")
-        for key, allowed in _RECORD_TYPES.items():
-            if key not in body:
-                raise FormatError(what, f"missing field {key!r}")
-            if isinstance(body[key], bool) or not isinstance(body[key], allowed):
-                raise FormatError(what, f"field {key!r} has the wrong type")
+        body = parse_record(
+            data, what, version=_RECORD_VERSION, types=_RECORD_TYPES, max_bytes=_RECORD_MAX_BYTES
+        )
         if not _FULL_SHA.fullmatch(body["commit_sha"]):
             raise FormatError(what, "commit_sha is not a full sha")
         if body["pid"] <= 0 or body["start_time"] < 0:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from gitxet.errors import FormatError, GitxetError
+from gitxet.formats.record import parse_record
 from gitxet.store.atomic import atomic_write
 
 # Volume context keys (the CSI ``volume_context`` map) and what they become in a MountSpec.
@@ -265,25 +266,9 @@ class VolumeRecord:
     @classmethod
     def from_json(cls, data: bytes, what: str) -> VolumeRecord:
         """Parse a record strictly; :class:`FormatError` names the defect."""
-        if len(data) > _RECORD_MAX_BYTES:
-            raise FormatError(what, f"larger than {_RECORD_MAX_BYTES} bytes")
-        try:
-            body = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise FormatError(what, f"not JSON: {exc}") from exc
-        if not isinstance(body, dict):
-            raise FormatError(what, "not a JSON object")
-        if body.get("version") != _RECORD_VERSION:
-            raise FormatError(what, f"unsupported version {body.get('version')!r}")
-        extra = set(body) - set(cls._TYPES) - {"version"}
-        if extra:
-            raise FormatError(what, f"unknown fields {sorted(extra)}")
-        for key, typ in cls._TYPES.items():
-            if key not in body:
-                raise FormatError(what, f"missing field {key!r}")
-            value = body[key]
-            if not isinstance(value, typ) or (typ is str and isinstance(value, bool)):
-                raise FormatError(what, f"field {key!r} has the wrong type")
+        body = parse_record(
+            data, what, version=_RECORD_VERSION, types=cls._TYPES, max_bytes=_RECORD_MAX_BYTES
+        )
         if not os.path.isabs(body["target_path"]):
             raise FormatError(what, "target_path is not absolute")
         return cls(**{k: body[k] for k in cls._TYPES})
