@@ -21,7 +21,7 @@ def test_tokens_are_stored_hashed_and_scoped(tmp_path: Path) -> None:
     w, wrec = ts.create("write", label="ci")
     r, rrec = ts.create("read", repo="data")
     raw = (tmp_path / "tokens.json").read_text()
-    assert w not in raw and r not in raw and w.split("_")[2] not in raw
+    assert w not in raw and r not in raw and w.split("_", 2)[2] not in raw
     assert os.stat(tmp_path / "tokens.json").st_mode & 0o077 == 0
     assert ts.authenticate(w) == wrec
     assert ts.authenticate(r) == rrec
