@@ -31,7 +31,7 @@ from typing import Generic, TypeVar
 from gitxet.errors import FormatError, IntegrityError, XorbNotFoundError
 from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
-from gitxet.hashing import from_hex, is_hex, last_word, merkle_root, to_hex
+from gitxet.hashing import from_hex, is_hex, last_word, to_hex
 from gitxet.server.backends import Backend, ObjectMissingError
 from gitxet.store.cas import XorbLayout
 
@@ -293,21 +293,7 @@ class CasIndex:
         except ObjectMissingError:
             raise XorbNotFoundError(hx) from None
         footer = _footer_from_tail(tail, size, hx)
-        sizes = [
-            b - a
-            for a, b in zip((0, *footer.uncompressed_ends), footer.uncompressed_ends, strict=False)
-        ]
-        if (
-            footer.xorb_hash != xorb_hash
-            or merkle_root(list(zip(footer.chunk_hashes, sizes, strict=True))) != xorb_hash
-        ):
-            raise IntegrityError("xorb", hx, "stored chunk index does not match the xorb hash")
-        lay = XorbLayout(
-            xorb_hash,
-            tuple(footer.chunk_hashes),
-            (0, *footer.byte_ends),
-            (0, *footer.uncompressed_ends),
-        )
+        lay = XorbLayout.from_footer(xorb_hash, footer)
         self.add_xorb(xorb_hash, lay)
         return lay
 

@@ -61,6 +61,24 @@ class XorbLayout:
     def num_chunks(self) -> int:
         return len(self.chunk_hashes)
 
+    @classmethod
+    def from_footer(cls, xorb_hash: bytes, footer: xorbfmt.XorbFooter) -> XorbLayout:
+        """The layout a stored footer describes, once it is shown to hash to ``xorb_hash``.
+
+        Raises:
+            IntegrityError: the footer names another xorb or its chunks hash to another.
+        """
+        ends = footer.uncompressed_ends
+        sizes = [b - a for a, b in zip((0, *ends), ends, strict=False)]
+        if (
+            footer.xorb_hash != xorb_hash
+            or merkle_root(list(zip(footer.chunk_hashes, sizes, strict=True))) != xorb_hash
+        ):
+            raise IntegrityError(
+                "xorb", to_hex(xorb_hash), "chunk index does not match the xorb hash"
+            )
+        return cls(xorb_hash, tuple(footer.chunk_hashes), (0, *footer.byte_ends), (0, *ends))
+
     @property
     def body_size(self) -> int:
         return self.byte_offsets[-1]
@@ -257,21 +275,7 @@ class LocalCAS:
             raise IntegrityError("xorb", hx, "empty file") from None
         if footer is None:
             raise IntegrityError("xorb", hx, "stored without its chunk index footer")
-        sizes = [
-            b - a
-            for a, b in zip((0, *footer.uncompressed_ends), footer.uncompressed_ends, strict=False)
-        ]
-        if (
-            footer.xorb_hash != xorb_hash
-            or merkle_root(list(zip(footer.chunk_hashes, sizes, strict=True))) != xorb_hash
-        ):
-            raise IntegrityError("xorb", hx, "chunk index does not match the xorb hash")
-        lay = XorbLayout(
-            xorb_hash,
-            tuple(footer.chunk_hashes),
-            (0, *footer.byte_ends),
-            (0, *footer.uncompressed_ends),
-        )
+        lay = XorbLayout.from_footer(xorb_hash, footer)
         with self._lock:
             self._layouts[xorb_hash] = lay
             if len(self._layouts) > 4096:
