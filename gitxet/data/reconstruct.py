@@ -5,6 +5,10 @@ the terms and chunks it touches and asks its :class:`ChunkSource` for just those
 a 4 KiB read of a 100 GiB file decodes one chunk. Decoded chunks are kept in a small LRU
 shared by all readers of a :class:`ChunkCache`, which makes sequential reads cheap.
 
+A source may also offer ``read_verified_part`` (see :class:`PartSource`): a small read that
+falls inside one chunk it has already verified, and stored uncompressed, is then one
+``pread`` of just those bytes, which is what keeps random 4 KiB reads cheap.
+
 Integrity: a source returns only chunks verified against their hashes, and a reader checks,
 before serving anything, that the chunk hashes its terms name Merkle-hash to the file hash,
 so wrong bytes are never returned: corruption raises :class:`IntegrityError`.
@@ -42,6 +46,14 @@ class ChunkSource(Protocol):
     def layout(self, xorb_hash: bytes) -> Layout: ...
 
     def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]: ...
+
+
+class PartSource(Protocol):
+    """A source that can serve part of a chunk it has verified before without decoding it."""
+
+    def read_verified_part(
+        self, xorb_hash: bytes, index: int, lo: int, hi: int
+    ) -> bytes | None: ...
 
 
 class ChunkCache:
@@ -103,6 +115,8 @@ class FileReader:
         if info is None and file_hash_ != ZERO_HASH:
             raise FileNotFoundInCASError(to_hex(file_hash_))
         self.info = info
+        part = getattr(source, "read_verified_part", None)
+        self._part: PartSource | None = source if part is not None else None  # type: ignore[assignment]
         terms = info.terms if info is not None else []
         self._spans: list[_Span] = []
         self._starts: list[int] = []
@@ -163,8 +177,27 @@ class FileReader:
         end = min(self.size, offset + size)
         if offset >= end:
             return b""
-        parts: list[bytes] = []
         k = bisect.bisect_right(self._starts, offset) - 1
+        span = self._spans[k]
+        t = span.term
+        if end - span.offset <= t.unpacked_bytes:
+            # Inside one term: a read inside one chunk (most small random reads) is served
+            # from the decoded cache or as a verified part, without joining anything.
+            offs = self.source.layout(t.xorb_hash).data_offsets
+            lo = offs[t.chunk_start] + (offset - span.offset)
+            c = bisect.bisect_right(offs, lo, t.chunk_start, t.chunk_end) - 1
+            c_lo = offs[c]
+            if lo + (end - offset) <= offs[c + 1]:
+                a = lo - c_lo
+                b = a + (end - offset)
+                chunk = self.cache.get((t.xorb_hash, c))
+                if chunk is not None:
+                    return chunk[a:b]
+                if self._part is not None:
+                    data = self._part.read_verified_part(t.xorb_hash, c, a, b)
+                    if data is not None:
+                        return data
+        parts: list[bytes] = []
         pos = offset
         while pos < end:
             span = self._spans[k]

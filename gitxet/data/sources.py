@@ -46,3 +46,6 @@ class LayeredSource:
 
     def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
         return self._holder(xorb_hash).read_chunks(xorb_hash, start, end)
+
+    def read_verified_part(self, xorb_hash: bytes, index: int, lo: int, hi: int) -> bytes | None:
+        return self._holder(xorb_hash).read_verified_part(xorb_hash, index, lo, hi)

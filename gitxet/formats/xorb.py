@@ -28,6 +28,7 @@ from gitxet.hashing import HASH_LEN, chunk_hash, merkle_root, to_hex
 
 __all__ = [
     "CHUNK_HEADER_SIZE",
+    "CHUNK_SCHEME_OFFSET",
     "FOOTER_BUFFER_SIZE",
     "MAX_CHUNK_BYTES",
     "MAX_PAYLOAD_BYTES",
@@ -60,6 +61,7 @@ BytesLike = bytes | bytearray | memoryview
 
 #: Size of the record header in front of every chunk payload.
 CHUNK_HEADER_SIZE = 8
+CHUNK_SCHEME_OFFSET = 4  # where a chunk header keeps its compression scheme byte
 #: Largest uncompressed chunk a reader accepts (the chunker's forced cut, 128 KiB).
 MAX_CHUNK_BYTES = 128 * 1024
 #: Largest payload a reader accepts (xet-core's limit; LZ4 may expand slightly).

@@ -279,8 +279,12 @@ class XetFuseOperations(pyfuse3.Operations):
         if ino is None:
             raise pyfuse3.FUSEError(errno.EBADF)
         if self._inline_reads:
-            # local data: a read is a pread + decode, cheaper than the thread hop
-            return self._call(f"read {ino} @{off}+{size}", self.fs.read, ino, off, size)
+            # local data: a read is a pread + decode, cheaper than the thread hop (and the
+            # hot path of random reads: no per-call formatting here)
+            try:
+                return self.fs.read(ino, off, size)
+            except Exception as exc:
+                raise self._fail(f"read {ino} @{off}+{size}", exc) from None
         return await self._offload(
             self._read_limiter, f"read {ino} @{off}+{size}", self.fs.read, ino, off, size
         )

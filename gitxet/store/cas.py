@@ -11,7 +11,10 @@ remote ``<remote>/xet``)::
 Every write is atomic (temp + fsync + rename), so a killed writer leaves nothing half
 written; shards are only accepted once every xorb they reference is present, so a store
 never references a missing xorb. Reads verify: a xorb's footer must Merkle-hash to the
-xorb's name, and every chunk read must hash to the footer's entry.
+xorb's name, and every chunk read must hash to the footer's entry. A chunk stored
+uncompressed is hashed the first time it is read through an open descriptor; later reads of
+parts of it through that descriptor are plain ``pread`` calls (xorb files are immutable and
+never rewritten in place; a reopened descriptor starts unverified again).
 """
 
 from __future__ import annotations
@@ -113,6 +116,9 @@ class LocalCAS:
         self._local = threading.local()
         self._fds: OrderedDict[bytes, int] = OrderedDict()
         self._retired: list[tuple[float, int]] = []
+        # per xorb with an open descriptor: chunk index -> 1 when that chunk is stored
+        # uncompressed and has been verified through the descriptor
+        self._raw_ok: dict[bytes, bytearray] = {}
         try:
             for d in ("xorbs", "shards", "tmp", "locks"):
                 os.makedirs(os.path.join(self.root, d), exist_ok=True)
@@ -153,6 +159,7 @@ class LocalCAS:
             fds = [*self._fds.values(), *(fd for _, fd in self._retired)]
             self._fds.clear()
             self._retired.clear()
+            self._raw_ok.clear()
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -299,11 +306,13 @@ class LocalCAS:
                 os.close(fd)
                 return old
             self._fds[xorb_hash] = fd
+            self._raw_ok.pop(xorb_hash, None)  # a new descriptor: nothing verified through it
             now = time.monotonic()
             while len(self._fds) > 256:
                 # Closing right away could race a pread another thread is doing with it
                 # (and the number could be reused): retire it, close it a while later.
-                _, victim = self._fds.popitem(last=False)
+                gone, victim = self._fds.popitem(last=False)
+                self._raw_ok.pop(gone, None)
                 self._retired.append((now, victim))
             while self._retired and now - self._retired[0][0] > 30:
                 os.close(self._retired.pop(0)[1])
@@ -336,7 +345,42 @@ class LocalCAS:
         for i, c in enumerate(chunks):
             if chunk_hash(c) != lay.chunk_hashes[start + i]:
                 raise IntegrityError("xorb", hx, f"chunk {start + i} does not match its hash")
+        self._note_verified(lay, raw, start, end)
         return chunks
+
+    def _note_verified(self, lay: XorbLayout, raw: bytes, start: int, end: int) -> None:
+        """Remember which of the verified chunks ``[start, end)`` are stored uncompressed."""
+        offs = lay.byte_offsets
+        base = offs[start]
+        with self._lock:
+            if lay.xorb_hash not in self._fds:
+                return  # read through a descriptor already retired: nothing to remember
+            marks = self._raw_ok.get(lay.xorb_hash)
+            if marks is None:
+                marks = self._raw_ok[lay.xorb_hash] = bytearray(lay.num_chunks)
+            for i in range(start, end):
+                if raw[offs[i] - base + xorbfmt.CHUNK_SCHEME_OFFSET] == xorbfmt.Scheme.NONE:
+                    marks[i] = 1
+
+    def read_verified_part(self, xorb_hash: bytes, index: int, lo: int, hi: int) -> bytes | None:
+        """Bytes ``[lo, hi)`` of chunk ``index`` with one ``pread``, or ``None``.
+
+        Only for a chunk stored uncompressed and already verified through the open
+        descriptor; for any other chunk this returns ``None`` and the caller decodes it with
+        :meth:`read_chunks` (which verifies it, and makes later calls succeed).
+        """
+        marks = self._raw_ok.get(xorb_hash)
+        if marks is None or not marks[index]:
+            return None
+        lay = self.layout(xorb_hash)
+        if not 0 <= lo <= hi <= lay.data_offsets[index + 1] - lay.data_offsets[index]:
+            raise IndexError(f"range [{lo}, {hi}) outside chunk {index}")
+        data = os.pread(
+            self._fd(xorb_hash), hi - lo, lay.byte_offsets[index] + xorbfmt.CHUNK_HEADER_SIZE + lo
+        )
+        if len(data) != hi - lo:
+            raise IntegrityError("xorb", to_hex(xorb_hash), "truncated on disk")
+        return data
 
     def xorb_body(self, xorb_hash: bytes, *, verify: bool = True) -> bytes:
         """The whole serialized xorb without footer (what is uploaded).

@@ -583,7 +583,7 @@ class CommitFS:
         self._lock = threading.Lock()  # guards the dicts below; never held during I/O
         self._flights = _Flights()
         self._blobs = _BlobCache(blob_cache_bytes)
-        self._readers: OrderedDict[bytes, FileReader] = OrderedDict()
+        self._readers: OrderedDict[str, FileReader] = OrderedDict()  # by Xet hash (hex)
         self._infos: dict[bytes, _BlobInfo] = {}
         self._warned: set[bytes] = set()
         self._nodes: dict[int, _Node] = {}
@@ -880,14 +880,15 @@ class CommitFS:
             raise self._eio(node.shown, "cannot read data", exc) from exc
 
     def _reader(self, pointer: Pointer) -> FileReader:
-        key = from_hex(pointer.xet_hash)
+        key = pointer.xet_hash
         with self._lock:
             reader = self._readers.get(key)
             if reader is not None:
                 self._readers.move_to_end(key)
                 return reader
         reader = self._flights.run(
-            ("reader", key), lambda: FileReader(self._source, key, cache=self._cache)
+            ("reader", key),
+            lambda: FileReader(self._source, from_hex(key), cache=self._cache),
         )
         with self._lock:
             self._readers[key] = reader

@@ -171,3 +171,51 @@ def test_index_is_rebuildable_and_concurrent_ingest(tmp_path: str) -> None:
     cas = LocalCAS(root, durable=False)
     got = {FileReader(cas, h).read(0, 1 << 21) for h in results}
     assert got == set(datas)
+
+
+def _mixed_file(tmp_path: str) -> tuple[LocalCAS, bytes, bytes]:
+    """A store holding one file of incompressible and highly compressible halves."""
+    cas = LocalCAS(str(tmp_path), durable=False)
+    rnd = random.Random(11)
+    data = rnd.randbytes(1 << 20) + b"abcd" * (1 << 18)
+    with Ingestor(cas) as ing:
+        r = ing.add_stream(io.BytesIO(data))
+        ing.flush()
+    return cas, data, r.file_hash
+
+
+def test_verified_parts_of_uncompressed_chunks_are_single_preads(tmp_path: str) -> None:
+    cas, data, fh = _mixed_file(tmp_path)
+    (xh,) = list(cas.xorb_hashes())
+    lay = cas.layout(xh)
+    first = lay.data_offsets[1]
+    assert cas.read_verified_part(xh, 0, 0, 10) is None  # never verified: decode first
+    assert cas.read_chunks(xh, 0, 1)[0] == data[:first]
+    assert cas.read_verified_part(xh, 0, 100, 4196) == data[100:4196]
+    assert cas.read_verified_part(xh, 0, first, first) == b""
+    with pytest.raises(IndexError):
+        cas.read_verified_part(xh, 0, 0, first + 1)
+    # a compressed chunk is never served as raw bytes, verified or not
+    last = lay.num_chunks - 1
+    cas.read_chunks(xh, last, last + 1)
+    assert cas.read_verified_part(xh, last, 0, 16) is None
+    # a reader over the store serves every range exactly through both paths
+    fr = FileReader(cas, fh, cache=ChunkCache(1 << 16))
+    rnd = random.Random(12)
+    for _ in range(2000):
+        off = rnd.randrange(len(data))
+        n = rnd.choice([1, 512, 4096, rnd.randrange(1, 100_000)])
+        assert fr.read(off, n) == data[off : off + n]
+
+
+def test_verification_does_not_outlive_the_descriptor(tmp_path: str) -> None:
+    cas, data, _ = _mixed_file(tmp_path)
+    (xh,) = list(cas.xorb_hashes())
+    cas.read_chunks(xh, 0, 1)
+    assert cas.read_verified_part(xh, 0, 0, 8) == data[:8]
+    cas.close()  # drops the descriptors, and with them what was verified through them
+    assert cas.read_verified_part(xh, 0, 0, 8) is None
+    corrupt_one_byte(cas.xorb_path(xh), 100)  # the next reader hashes again, and notices
+    with pytest.raises(IntegrityError):
+        cas.read_chunks(xh, 0, 1)
+    assert cas.read_verified_part(xh, 0, 0, 8) is None
