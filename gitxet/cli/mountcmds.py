@@ -45,6 +45,13 @@ PrefetchOpt = Annotated[
     str | None,
     typer.Option("--prefetch", help="Read ahead this much past each fetch (default 4M; 0: off)."),
 ]
+ReadAroundOpt = Annotated[
+    bool,
+    typer.Option(
+        "--read-around/--no-read-around",
+        help="After a small read, put the rest of its chunk in the page cache (FUSE).",
+    ),
+]
 OfflineOpt = Annotated[
     bool, typer.Option("--offline", help="Serve only from the cache; a miss is an I/O error.")
 ]
@@ -93,6 +100,7 @@ def mount_cmd(
     cache_size: CacheSizeOpt = None,
     offline: OfflineOpt = False,
     prefetch: PrefetchOpt = None,
+    read_around: ReadAroundOpt = True,
 ) -> None:
     """Mount a commit read-only, reading file data lazily (FUSE by default).
 
@@ -113,7 +121,7 @@ def mount_cmd(
         ds = open_dataset(repo, access)
         sha = ds.resolve(commit)
         typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
-        _start_daemon(repo, sha, mnt, subdir, allow_other, timeout, cache)
+        _start_daemon(repo, sha, mnt, subdir, allow_other, timeout, cache, read_around)
         return
     ds, sha, fs = _open_fs(repo, commit, subdir, *cache)
     typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
@@ -126,7 +134,9 @@ def mount_cmd(
     from gitxet.mount.fuse import serve
 
     try:
-        serve(fs, mnt, fsname=f"gitxet:{sha[:12]}", allow_other=allow_other)
+        serve(
+            fs, mnt, fsname=f"gitxet:{sha[:12]}", allow_other=allow_other, read_around=read_around
+        )
     finally:
         fs.close()
 
@@ -139,6 +149,7 @@ def _start_daemon(
     allow_other: bool,
     timeout: float,
     cache: tuple[str | None, str | None, bool, str | None],
+    read_around: bool = True,
 ) -> None:
     import gitxet.mount.fuse
     import gitxet.vfs.model  # noqa: F401
@@ -153,7 +164,13 @@ def _start_daemon(
             from gitxet.mount.fuse import serve
 
             try:
-                serve(fs, mnt, fsname=f"gitxet:{sha[:12]}", allow_other=allow_other)
+                serve(
+                    fs,
+                    mnt,
+                    fsname=f"gitxet:{sha[:12]}",
+                    allow_other=allow_other,
+                    read_around=read_around,
+                )
             finally:
                 fs.close()
         except Exception as e:

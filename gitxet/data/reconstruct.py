@@ -217,6 +217,22 @@ class FileReader:
             k += 1
         return b"".join(parts)
 
+    def chunk_extent(self, offset: int) -> tuple[int, int]:
+        """The file byte range ``[start, end)`` of the chunk holding ``offset``.
+
+        Raises:
+            ValueError: ``offset`` is outside the file.
+        """
+        if not 0 <= offset < self.size:
+            raise ValueError(f"offset {offset} outside a file of {self.size} bytes")
+        k = bisect.bisect_right(self._starts, offset) - 1
+        span = self._spans[k]
+        t = span.term
+        offs = self.source.layout(t.xorb_hash).data_offsets
+        base = offs[t.chunk_start]
+        c = bisect.bisect_right(offs, base + offset - span.offset, t.chunk_start, t.chunk_end) - 1
+        return span.offset + offs[c] - base, span.offset + offs[c + 1] - base
+
     def iter_blocks(self, block_size: int = 8 << 20) -> Iterator[bytes]:
         """The whole file in blocks of about ``block_size`` bytes, in order."""
         for span in self._spans:

@@ -12,7 +12,10 @@ starve ``ls``. ``getattr`` on a known inode is answered from the model's memory 
 the trio thread.
 
 A commit never changes, so attributes, entries (also negative ones) and page-cache contents
-are cached by the kernel for a long time (``keep_cache``, long timeouts).
+are cached by the kernel for a long time (``keep_cache``, long timeouts). Reads of local data
+are answered on the trio thread (cheaper than a thread hop), and after a small read the rest
+of its chunk is stored into the page cache by a worker (``gitxet.mount.readaround``), so
+nearby reads never reach this process.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ import signal
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pyfuse3
 import trio
 
 from gitxet.errors import MountError
+from gitxet.mount.readaround import ChunkedFS, ChunkReadAround
 from gitxet.mount.runner import find_mount, normalize_mountpoint
 from gitxet.vfs.nodes import Attrs, NodeKind, ReadOnlyFS
 
@@ -54,6 +58,10 @@ _ABANDON_KW = (
     else "cancellable"
 )
 _FORBIDDEN_OPTIONS = ("max_read",)  # aborts libfuse under pyfuse3 on this platform
+
+
+def _notify_store(kernel_ino: int, offset: int, data: memoryview) -> None:
+    pyfuse3.notify_store(kernel_ino, offset, data)  # type: ignore[arg-type]  # any buffer
 
 
 def _errno_of(exc: OSError) -> int:
@@ -86,10 +94,18 @@ class XetFuseOperations(pyfuse3.Operations):
         cache_timeout: float = CACHE_TIMEOUT,
         read_threads: int = READ_THREADS,
         meta_threads: int = META_THREADS,
+        read_around: bool = True,
     ) -> None:
         super().__init__()
         self.fs = fs
         self._inline_reads = bool(getattr(fs, "inline_reads", False))
+        #: stores the rest of a chunk in the page cache after a small read (started by
+        #: :func:`serve` once the mount exists; see ``gitxet.mount.readaround``)
+        self.read_around: ChunkReadAround | None = (
+            ChunkReadAround(cast(ChunkedFS, fs), _notify_store)
+            if read_around and callable(getattr(fs, "chunk_extent", None))
+            else None
+        )
         self._root = fs.root_ino
         if self._root <= 0:
             raise ValueError(f"model root inode must be positive, got {self._root}")
@@ -282,12 +298,16 @@ class XetFuseOperations(pyfuse3.Operations):
             # local data: a read is a pread + decode, cheaper than the thread hop (and the
             # hot path of random reads: no per-call formatting here)
             try:
-                return self.fs.read(ino, off, size)
+                data = self.fs.read(ino, off, size)
             except Exception as exc:
                 raise self._fail(f"read {ino} @{off}+{size}", exc) from None
-        return await self._offload(
-            self._read_limiter, f"read {ino} @{off}+{size}", self.fs.read, ino, off, size
-        )
+        else:
+            data = await self._offload(
+                self._read_limiter, f"read {ino} @{off}+{size}", self.fs.read, ino, off, size
+            )
+        if self.read_around is not None and len(data) == size:
+            self.read_around.offer(self._swap(ino), ino, off, size)
+        return data
 
     async def release(self, fh: int) -> None:
         self._files.pop(fh, None)
@@ -492,20 +512,22 @@ def serve(
     uid: int | None = None,
     gid: int | None = None,
     shutdown_grace: float = SHUTDOWN_GRACE,
+    read_around: bool = True,
 ) -> None:
     """Mount ``fs`` read-only at ``mountpoint`` and serve it until it is unmounted.
 
-    Returns after an external unmount (``fusermount3 -u``) or, when called from the main
-    thread, after SIGTERM / SIGINT, which unmount cleanly: requests still running
-    ``shutdown_grace`` seconds later are abandoned (their callers get ENOTCONN). ``ready()``
-    is called once, in a worker thread, when the mount is live. Raises :class:`MountError`
-    when the mount cannot be made, and re-raises what ``ready()`` raised after unmounting.
+        Returns after an external unmount (``fusermount3 -u``) or, when called from the main
+        thread, after SIGTERM / SIGINT, which unmount cleanly: requests still running
+        ``shutdown_grace`` seconds later are abandoned (their callers get ENOTCONN). ``ready()``
+        is called once, in a worker thread, when the mount is live. ``read_around`` turns on
+    chunk read-around (``gitxet.mount.readaround``). Raises :class:`MountError`
+        when the mount cannot be made, and re-raises what ``ready()`` raised after unmounting.
     """
     mnt = normalize_mountpoint(mountpoint)
     if not os.path.isdir(mnt):
         raise MountError(mnt, "mountpoint is not a directory")
     opts = mount_options(fsname, options, allow_other=allow_other)
-    ops = XetFuseOperations(fs, uid=uid, gid=gid)
+    ops = XetFuseOperations(fs, uid=uid, gid=gid, read_around=read_around)
     if not _serving.acquire(blocking=False):
         raise MountError(mnt, "this process already serves a FUSE mount")
     main_thread = threading.current_thread() is threading.main_thread()
@@ -524,9 +546,14 @@ def serve(
         except RuntimeError as exc:
             # libfuse has printed its reason on stderr (the daemon log).
             raise MountError(mnt, f"FUSE mount failed: {exc}") from exc
+        if ops.read_around is not None:
+            ops.read_around.start()
         try:
             trio.run(loop.run)
         finally:
+            # The worker must be done with the session before close() frees it.
+            if ops.read_around is not None and not ops.read_around.stop():
+                log.warning("read-around worker still busy at unmount")
             # Unmounts if the loop ended for any reason but an external unmount (then the
             # kernel side is already gone and libfuse notices), and closes /dev/fuse, which
             # fails any request still waiting with ENOTCONN.

@@ -685,6 +685,24 @@ class CommitFS:
             return self._read_pointer(node, info.pointer, offset, size)
         return self._read_plain(node, info.size, offset, size)
 
+    def chunk_extent(self, ino: int, offset: int) -> tuple[int, int] | None:
+        """The byte range of the stored chunk holding ``offset`` of a pointer file.
+
+        ``None`` for plain blobs, offsets past the end and anything that is not a file, and
+        when the file's data cannot be opened: this is a hint for read-around (a whole chunk
+        is decoded and verified anyway), never needed for correctness.
+        """
+        node = self._node(ino)
+        if node.kind is not NodeKind.FILE:
+            return None
+        info = self._blob_info(node.sha, node.shown)
+        if info.pointer is None or not 0 <= offset < info.size:
+            return None
+        try:
+            return self._reader(info.pointer).chunk_extent(offset)
+        except Exception:
+            return None
+
     def statfs(self) -> FSStats:
         """Sum of the reported sizes of the tree's files and symlinks, and its node count.
 
