@@ -8,7 +8,8 @@ one large file, through
 * ``shared/bench/fuse_passthrough.py`` (the Python FUSE ceiling),
 * ``rclone mount --vfs-cache-mode full`` of the same directory,
 * ``git xet mount`` of a commit holding the file: cold (page cache dropped, fresh mount)
-  and warm (read again).
+  and warm (read again), and warm with ``--no-read-around`` (every page the kernel misses
+  becomes a FUSE request: the per-request cost of the daemon alone).
 
 Also: time until ``git xet mount`` returns for a 10,000-file commit (goal <= 1 s) and the
 mount daemon's peak RSS while a large file streams through it (goal <= 300 MB).
@@ -200,6 +201,15 @@ def main() -> None:
     try:
         rows.append(("gitxet mount (cold)", *fio(mnt / "big.bin", size, args.rand_seconds)))
         rows.append(("gitxet mount (warm)", *fio(mnt / "big.bin", size, args.rand_seconds)))
+    finally:
+        sh("git-xet", "unmount", str(mnt), env=env)
+    # the same without chunk read-around: every page the kernel misses is a FUSE request
+    sh("git-xet", "mount", "--no-read-around", str(remote), "main", str(mnt), env=env)
+    try:
+        fio(mnt / "big.bin", size, 2)
+        rows.append(
+            ("gitxet --no-read-around (warm)", *fio(mnt / "big.bin", size, args.rand_seconds))
+        )
     finally:
         sh("git-xet", "unmount", str(mnt), env=env)
 
