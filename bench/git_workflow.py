@@ -339,6 +339,8 @@ def main() -> int:
 
     if shutil.which("git-lfs") is None:
         sys.exit("git-lfs is not installed (Debian: apt-get install git-lfs)")
+    if a.work is not None:
+        a.work.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="gitxet-bench-", dir=a.work))
     data = a.data or base / "data"
     try:

@@ -155,6 +155,16 @@ class HookConflictError(GitError):
         self.path = path
 
 
+class MaterializeError(GitxetError):
+    """Some files could not be written from their pointers; ``failures`` says why, by path."""
+
+    def __init__(self, failures: list[tuple[str, BaseException]]) -> None:
+        path, cause = failures[0]
+        more = f" (and {len(failures) - 1} more file(s))" if len(failures) > 1 else ""
+        super().__init__(f"{path}: {cause}{more}")
+        self.failures = failures
+
+
 class MountError(GitxetError):
     """A mount could not be started, checked or stopped.
 

@@ -10,6 +10,8 @@ repository): the embedded default that needs no server.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import io
 import json
 import os
@@ -18,20 +20,24 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, cast
 
 from gitxet.data.clean import Ingestor, IngestResult
 from gitxet.data.reconstruct import ChunkSource, FileReader
 from gitxet.data.sources import LayeredSource
 from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, fetch_files, push_files
-from gitxet.errors import ConfigError, GitError, PointerFormatError
+from gitxet.errors import ConfigError, GitError, GitxetError, MaterializeError, PointerFormatError
 from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
 from gitxet.git import process
+from gitxet.git.index import Restat, blob_id, restat_entries
 from gitxet.hashing import from_hex, to_hex
 from gitxet.store.atomic import atomic_writer
 from gitxet.store.cas import LocalCAS
 
 DEFAULT_THRESHOLD = 256 * 1024
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
 Progress = Callable[[int], None]
 
 
@@ -87,6 +93,22 @@ class _Chained(io.RawIOBase):
         data = self._src.read(len(buffer))
         buffer[: len(data)] = data
         return len(data)
+
+
+class _Counting(io.RawIOBase):
+    """Writes through to ``out`` and reports each write's size to ``advance``."""
+
+    def __init__(self, out: BinaryIO, advance: Callable[[int], None]) -> None:
+        self._out = out
+        self._advance = advance
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: ReadableBuffer) -> int:  # type: ignore[override]
+        n = self._out.write(data)
+        self._advance(n)
+        return n
 
 
 def try_pointer(data: bytes) -> Pointer | None:
@@ -413,25 +435,72 @@ class XetRepo:
         files: Sequence[PointerFile],
         remote: str | None = None,
         progress: Progress | None = None,
+        workers: int | None = None,
     ) -> int:
-        """Replace pointer text in the work tree by content, atomically per file."""
+        """Replace pointer text in the work tree by content, atomically per file.
+
+        Files are written in parallel straight from the local store (no pipe through git),
+        then their index entries get the new stat data, so git sees them unchanged without
+        reading them back through the filter. Every file that can be written is; if some
+        cannot, :class:`MaterializeError` names them afterwards (they stay pointers).
+        """
         if self.worktree is None:
             raise GitError("a bare repository has no work tree to check out into")
         todo = [f for f in files if not f.materialized]
-        self.ensure_local([f.pointer for f in todo], remote)
-        written: dict[str, list[object]] = {}
-        for f in todo:
-            full = self.worktree / f.path
+        if not todo:
+            return 0
+        with contextlib.suppress(GitxetError):
+            # one batch fetch; a file whose data cannot be had fails below, by name
+            self.ensure_local([f.pointer for f in todo], remote)
+        lock = threading.Lock()
+
+        def advance(n: int) -> None:
+            if progress is not None:
+                with lock:
+                    progress(n)
+
+        def write_one(f: PointerFile) -> tuple[str, os.stat_result]:
+            full = self.worktree / f.path  # type: ignore[operator]
             mode = full.stat().st_mode & 0o777 if full.exists() else 0o644
             with atomic_writer(str(full), mode=mode, durable=False) as out:
-                self.write_content(f.pointer, out)
-            st = full.stat()
-            written[f.path] = [st.st_size, st.st_mtime_ns, st.st_ino, f.pointer.encode().decode()]
-            if progress is not None:
-                progress(f.pointer.size)
+                self.write_content(f.pointer, cast(BinaryIO, _Counting(out, advance)))
+            return f.path, full.stat()
+
+        n_workers = workers or min(4, os.cpu_count() or 1, len(todo))
+        done: dict[str, os.stat_result] = {}
+        failed: list[tuple[str, BaseException]] = []
+        by_path = {f.path: f for f in todo}
+        with concurrent.futures.ThreadPoolExecutor(n_workers, "gitxet-materialize") as pool:
+            futures = {pool.submit(write_one, f): f.path for f in todo}
+            for fut in concurrent.futures.as_completed(futures):
+                try:
+                    path, st = fut.result()
+                except (GitxetError, OSError) as exc:
+                    failed.append((futures[fut], exc))
+                else:
+                    done[path] = st
+        written = {
+            path: [st.st_size, st.st_mtime_ns, st.st_ino, by_path[path].pointer.encode().decode()]
+            for path, st in done.items()
+        }
         self._remember_materialized(written)
-        self._refresh([f.path for f in todo])
-        return len(todo)
+        self._restat({path: (by_path[path].pointer, st) for path, st in done.items()})
+        if failed:
+            raise MaterializeError(sorted(failed, key=lambda item: item[0]))
+        return len(done)
+
+    def _restat(self, files: dict[str, tuple[Pointer, os.stat_result]]) -> None:
+        """Tell git's index the new stat of files whose cleaned content is their pointer."""
+        if not files:
+            return
+        fmt = process.object_format(self.cwd)
+        want = {
+            os.fsencode(path): Restat(blob_id(ptr.encode(), fmt), st)
+            for path, (ptr, st) in files.items()
+        }
+        patched = restat_entries(self.git_dir, want)
+        # whatever could not be patched in place (a busy or unusual index), git re-checks
+        self._refresh([os.fsdecode(p) for p in want if p not in patched])
 
     # Files written by materialize(), by path: [size, mtime_ns, inode, pointer text]. A
     # clean of such a file with the same stat returns the pointer without re-chunking.

@@ -18,6 +18,11 @@ def describe(exc: BaseException) -> tuple[str, int]:
     """A one-line message and exit code for an exception."""
     if isinstance(exc, errors.IntegrityError):
         return f"integrity error: {exc} (the data is corrupt or was tampered with)", EXIT_INTEGRITY
+    if isinstance(exc, errors.MaterializeError):
+        path, cause = exc.failures[0]
+        msg, code = describe(cause)
+        more = len(exc.failures) - 1
+        return f"{path}: {msg}" + (f" (and {more} more file(s) failed)" if more else ""), code
     if isinstance(exc, errors.AuthError):
         return f"access denied: {exc}", EXIT_AUTH
     if isinstance(exc, errors.NotFoundError):

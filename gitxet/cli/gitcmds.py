@@ -341,17 +341,21 @@ def clone_cmd(
         process.rev_parse(target, "HEAD")
     except GitError:
         return  # an empty repository: nothing to check out
+    # git writes pointers only (fast, tiny); the data is then written straight from the
+    # local store in parallel, without streaming every byte through git's filter pipe
+    _git(["-c", "xet.lazy=true", "checkout", "-q", "-f", "HEAD"], cwd=target)
     repo = _open_repo(target)
-    pointers = [f.pointer for f in repo.pointer_files("HEAD")]
-    total = sum(p.size for p in pointers)
+    files = repo.pointer_files("HEAD")
+    total = sum(f.pointer.size for f in files)
     from gitxet.errors import GitxetError as _Err
 
     try:
         with byte_progress("fetching", total or None) as advance:
-            repo.ensure_local(pointers, progress=advance)
+            repo.ensure_local([f.pointer for f in files], progress=advance)
     except _Err:
-        pass  # the checkout below fetches file by file and names the file that fails
-    _git(["checkout", "-q", "-f", "HEAD"], cwd=target)
+        pass  # materialize below names each file whose data cannot be had
+    with byte_progress("checking out", total or None) as advance:
+        repo.materialize(files, progress=advance)
 
 
 def _clone_dir_name(src: str) -> str:

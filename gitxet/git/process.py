@@ -369,6 +369,12 @@ def config_remove_empty_section(cwd: PathArg | None, section: str, scope: Scope 
     return True
 
 
+def object_format(cwd: PathArg) -> str:
+    """The repository's object hash: ``sha1`` or ``sha256``."""
+    fmt = config_get(cwd, "extensions.objectformat")
+    return (fmt or "sha1").lower()
+
+
 # ---- remotes ------------------------------------------------------------------------------
 
 

@@ -249,6 +249,65 @@ def test_corrupt_remote_xorb_names_file_and_xorb(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
 
 
+def test_clone_writes_files_git_then_sees_unchanged(tmp_path: Path) -> None:
+    remote, work = init_repo(tmp_path)
+    rnd = random.Random(6)
+    files = {"a.bin": rnd.randbytes(2 << 20), "d/e/b.bin": rnd.randbytes(700_000)}
+    for name, data in files.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_bytes(data)
+    (work / "run.bin").write_bytes(rnd.randbytes(300_000))
+    (work / "run.bin").chmod(0o755)
+    xet("add", ".", cwd=work)
+    git("commit", "-q", "-m", "data", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    clone = tmp_path / "clone"
+    trace = tmp_path / "trace"
+    env = {**os.environ, "GIT_TRACE": str(trace)}
+    run("git-xet", "clone", str(remote), str(clone), cwd=tmp_path, env=env)
+    for name, data in files.items():
+        assert (clone / name).read_bytes() == data
+    assert os.access(clone / "run.bin", os.X_OK)
+    # the index entries were given the new stat in place: no `update-index --refresh`
+    # that would pipe every byte back through the filter
+    assert "update-index" not in trace.read_text()
+    # the index already holds the written files' stat: git neither reports them changed
+    # nor starts the filter to read 3 MB back. (Entries written in the index's own clock
+    # tick are "racily clean" and git would re-check them: an index dated later avoids it.)
+    future = time.time() + 60
+    os.utime(clone / ".git" / "index", (future, future))
+    r = run("git", "status", "--porcelain", cwd=clone, env={**os.environ, "GIT_TRACE": "1"})
+    assert r.stdout.strip() == ""
+    assert "filter-process" not in r.stderr
+    git("diff", "--exit-code", cwd=clone)
+
+
+def test_clone_with_one_corrupt_xorb_writes_the_other_files(tmp_path: Path) -> None:
+    remote, work = init_repo(tmp_path)
+    rnd = random.Random(7)
+    a, b = rnd.randbytes(1 << 20), rnd.randbytes(1 << 20)
+    (work / "a.bin").write_bytes(a)
+    xet("add", "a.bin", cwd=work)
+    git("commit", "-q", "-m", "a", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    before = set((remote / "xet" / "xorbs").rglob("*"))
+    (work / "b.bin").write_bytes(b)
+    xet("add", "b.bin", cwd=work)
+    git("commit", "-q", "-m", "b", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    (xorb,) = [p for p in set((remote / "xet" / "xorbs").rglob("*")) - before if p.is_file()]
+    raw = bytearray(xorb.read_bytes())
+    raw[700] ^= 0xFF
+    xorb.write_bytes(bytes(raw))
+    clone = tmp_path / "c"
+    r = xet("clone", str(remote), str(clone), cwd=tmp_path, check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "b.bin" in r.stderr and xorb.name in r.stderr
+    assert (clone / "a.bin").read_bytes() == a
+    assert (clone / "b.bin").read_bytes().startswith(b"version https://gitxet.dev/spec/v1\n")
+    assert git("status", "--porcelain", cwd=clone).strip() == ""
+
+
 def test_bad_input_gives_one_clear_line(tmp_path: Path) -> None:
     # no git repository
     r = xet("status", cwd=tmp_path, check=False)
