@@ -32,5 +32,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || [ ! -f "$VENV/bin/gi
   GITXET_REQUIRE_NATIVE=1 "$VENV/bin/python" -m pip install -q -e '.[test]'
   echo "$want" > "$stamp"
 fi
+# byte-compile once: git starts git-xet for every filter run and hook, and an editable
+# install under PYTHONDONTWRITEBYTECODE would otherwise recompile gitxet each time
+"$VENV/bin/python" -m compileall -q gitxet >/dev/null
 # the C chunker must really be built: a silent fallback is a failure
 GITXET_REQUIRE_NATIVE=1 "$VENV/bin/python" -c 'import gitxet.chunking as c; assert c.NATIVE, "native chunker missing"'

@@ -87,6 +87,7 @@ class ChunkStream:
         self.entries: list[tuple[bytes, int]] = []  # (chunk hash, size) for the file hash
         self.size = 0
         self._sha_hex: str | None = None
+        self._file_hash: bytes | None = None
         self._done = False
 
     def __iter__(self) -> Iterator[HashedBlock]:
@@ -126,7 +127,9 @@ class ChunkStream:
     def file_hash(self) -> bytes:
         """The Xet file hash (valid once iteration has finished)."""
         self._require_done()
-        return file_hash(self.entries)
+        if self._file_hash is None:
+            self._file_hash = file_hash(self.entries)
+        return self._file_hash
 
     @property
     def sha256(self) -> str:

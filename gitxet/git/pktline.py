@@ -76,6 +76,23 @@ def _read_exact(inp: BinaryIO, n: int, what: str) -> bytes:
     return b"".join(parts)
 
 
+def _read_exact_into(inp: BinaryIO, view: memoryview, what: str) -> None:
+    """Fill ``view`` from ``inp`` (no intermediate bytes object: payloads go straight to
+    the consumer's buffer)."""
+    readinto = getattr(inp, "readinto", None)
+    if readinto is None:
+        view[:] = _read_exact(inp, view.nbytes, what)
+        return
+    got = 0
+    while got < view.nbytes:
+        n = readinto(view[got:])
+        if n is None:
+            raise PktLineError(f"no data available while reading {what}")
+        if not n:
+            raise PktLineError(f"unexpected EOF in {what}: got {got} of {view.nbytes} bytes")
+        got += n
+
+
 def _parse_length(header: bytes) -> int:
     if len(header) != 4 or not _HEXDIGITS.issuperset(header):
         raise PktLineError(f"invalid length header {header!r}")
@@ -242,11 +259,10 @@ class PktReader(io.RawIOBase):
             if self._done:
                 return 0
             n = min(view.nbytes, self._remaining)
-            data = _read_exact(self._inp, n, "packet payload")
+            _read_exact_into(self._inp, view[:n], "packet payload")
         except (PktLineError, OSError) as exc:
             self.broken = exc
             raise
-        view[:n] = data
         self._remaining -= n
         return n
 
