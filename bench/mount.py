@@ -92,6 +92,10 @@ def unmount(mnt: Path) -> None:
 def make_repo(work: Path, env: dict[str, str], files: dict[str, int], small_files: int = 0) -> Path:
     remote = work / "remote.git"
     repo = work / "repo"
+    if (work / "done").exists():
+        return remote  # built by an earlier run with the same --dir
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
     sh("git", "init", "-q", "--bare", str(remote), env=env)
     sh("git", "init", "-q", str(repo), env=env)
     sh("git", "remote", "add", "origin", str(remote), cwd=repo, env=env)
@@ -110,6 +114,7 @@ def make_repo(work: Path, env: dict[str, str], files: dict[str, int], small_file
     sh("git-xet", "add", ".", cwd=repo, env=env)
     sh("git", "commit", "-q", "-m", "data", cwd=repo, env=env)
     sh("git", "push", "-q", "origin", "main", cwd=repo, env=env)
+    (work / "done").touch()
     return remote
 
 

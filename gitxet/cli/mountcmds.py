@@ -270,8 +270,15 @@ def unmount_cmd(
 
 
 def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """List active gitxet mounts."""
+    """List active gitxet mounts: mountpoint, kind, commit, repo, pid and chunk-cache use."""
+    from gitxet.cli._env import human_size
+    from gitxet.data.remote_source import chunk_cache_bytes
+
+    usage: dict[str, int] = {}
     for rec in _registry().list():
+        if rec.cache_dir not in usage:
+            usage[rec.cache_dir] = chunk_cache_bytes(rec.cache_dir) if rec.cache_dir else 0
+        cached = usage[rec.cache_dir]
         if as_json:
             typer.echo(
                 json.dumps(
@@ -281,12 +288,16 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
                         "kind": rec.kind,
                         "repo": rec.repo,
                         "commit": rec.commit,
+                        "cache_dir": rec.cache_dir,
+                        "cache_bytes": cached,
+                        "log": rec.log_path,
                     }
                 )
             )
         else:
             typer.echo(
                 f"{rec.mountpoint}\t{rec.kind}\t{rec.commit[:12]}\t{rec.repo}\tpid {rec.pid}"
+                f"\tcache {human_size(cached)} in {rec.cache_dir}"
             )
 
 

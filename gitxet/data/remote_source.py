@@ -56,6 +56,25 @@ class RemoteLayout:
     data_offsets: tuple[int, ...]
 
 
+def chunk_cache_dir(cache_root: str) -> str:
+    """Where the shared chunk cache lives under a cache root (``--cache-dir``)."""
+    return os.path.join(cache_root, "chunks")
+
+
+def chunk_cache_bytes(cache_root: str) -> int:
+    """Bytes of chunks cached under a cache root (0 when there is no cache yet)."""
+    return _tree_bytes(os.path.join(chunk_cache_dir(cache_root), "chunks"))
+
+
+def _tree_bytes(top: str) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(top):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(dirpath, f)).st_size
+    return total
+
+
 class DiskChunkCache:
     """Verified decoded chunks on disk, LRU-evicted to ``max_bytes``; safe across processes.
 
@@ -80,12 +99,7 @@ class DiskChunkCache:
         return os.path.join(self.root, "chunks", hx[:2], hx, str(idx))
 
     def _scan_size(self) -> int:
-        total = 0
-        for dirpath, _, files in os.walk(os.path.join(self.root, "chunks")):
-            for f in files:
-                with contextlib.suppress(OSError):
-                    total += os.stat(os.path.join(dirpath, f)).st_size
-        return total
+        return _tree_bytes(os.path.join(self.root, "chunks"))
 
     @property
     def size(self) -> int:
@@ -459,7 +473,7 @@ def http_remote_factory(
             tok = tok or found.access_token
             atomic_write(record, json.dumps({"cas_url": endpoint}).encode(), durable=False)
         client = CASClient(endpoint, tok)
-        cache = DiskChunkCache(os.path.join(root, "chunks"), max_bytes)
+        cache = DiskChunkCache(chunk_cache_dir(root), max_bytes)
         remote = HttpCASRemote(client, cache, read_ahead=read_ahead)
         if offline:
             remote.chunk_source().offline = True

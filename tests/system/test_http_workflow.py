@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import subprocess
@@ -120,6 +121,14 @@ def test_clone_edit_push_mount_over_http(srv: tuple[str, str, str], tmp_path: Pa
             assert os.pread(fd, 5000, 900) == edited[900:5900]
         finally:
             os.close(fd)
+        # `mounts` shows what the mount's chunk cache holds: at least the file just read
+        (rec,) = [
+            json.loads(line)
+            for line in run("git-xet", "mounts", "--json", cwd=tmp_path).stdout.splitlines()
+        ]
+        assert rec["mountpoint"] == str(mnt) and rec["repo"] == url
+        assert rec["cache_bytes"] >= len(edited)
+        assert "cache " in run("git-xet", "mounts", cwd=tmp_path).stdout
     finally:
         run("git-xet", "unmount", str(mnt), cwd=tmp_path, check=False)
     # warm cache: an offline mount serves without the server being asked

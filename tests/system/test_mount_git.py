@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import errno
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -149,7 +150,8 @@ def test_mount_branch_and_old_commit(tmp_path: Path, dataset: dict[str, object])
             with pytest.raises(OSError) as ei:
                 op()
             assert ei.value.errno == errno.EROFS
-        assert str(mnt) in run("git-xet", "mounts", cwd=tmp_path).stdout
+        listing = run("git-xet", "mounts", cwd=tmp_path).stdout
+        assert str(mnt) in listing and "cache " in listing
     finally:
         run("git-xet", "unmount", str(mnt), cwd=tmp_path, check=False)
     assert not mounted(mnt)
@@ -183,6 +185,17 @@ def test_bad_commit_and_missing_data(tmp_path: Path, dataset: dict[str, object])
             (mnt / "big/huge.bin").read_bytes()
         assert ei.value.errno == errno.EIO
         assert time.monotonic() - t < 30
+        # the daemon's log says which file and why, in one line
+        (rec,) = [
+            json.loads(line)
+            for line in run("git-xet", "mounts", "--json", cwd=tmp_path).stdout.splitlines()
+        ]
+        log = Path(rec["log"]).read_text()
+        assert "Traceback" not in log
+        assert any(
+            "/big/huge.bin: cannot read data" in line and "not found" in line
+            for line in log.splitlines()
+        ), log
     finally:
         run("git-xet", "unmount", str(mnt), cwd=tmp_path, check=False)
 
