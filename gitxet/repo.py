@@ -16,6 +16,7 @@ import io
 import json
 import os
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -459,10 +460,12 @@ class XetRepo:
                 with lock:
                     progress(n)
 
+        tmp_dir = self._worktree_tmp_dir()
+
         def write_one(f: PointerFile) -> tuple[str, os.stat_result]:
             full = self.worktree / f.path  # type: ignore[operator]
             mode = full.stat().st_mode & 0o777 if full.exists() else 0o644
-            with atomic_writer(str(full), mode=mode, durable=False) as out:
+            with atomic_writer(str(full), mode=mode, durable=False, tmp_dir=tmp_dir) as out:
                 self.write_content(f.pointer, cast(BinaryIO, _Counting(out, advance)))
             return f.path, full.stat()
 
@@ -488,6 +491,24 @@ class XetRepo:
         if failed:
             raise MaterializeError(sorted(failed, key=lambda item: item[0]))
         return len(done)
+
+    def _worktree_tmp_dir(self) -> str | None:
+        """Where files bound for the work tree are written before their rename: inside the
+        git dir, so a killed checkout leaves no stray file in the work tree. Leftovers of
+        killed runs are removed here. None when the git dir is on another filesystem."""
+        tmp = self.git_dir / "xet" / "tmp"
+        try:
+            tmp.mkdir(parents=True, exist_ok=True)
+            if tmp.stat().st_dev != self.worktree.stat().st_dev:  # type: ignore[union-attr]
+                return None
+        except OSError:
+            return None
+        cutoff = time.time() - 600  # a live writer keeps its temp file fresh
+        for leftover in tmp.glob(".tmp-*.incomplete"):
+            with contextlib.suppress(OSError):
+                if leftover.stat().st_mtime < cutoff:
+                    leftover.unlink()
+        return str(tmp)
 
     def _restat(self, files: dict[str, tuple[Pointer, os.stat_result]]) -> None:
         """Tell git's index the new stat of files whose cleaned content is their pointer."""

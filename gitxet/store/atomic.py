@@ -28,11 +28,18 @@ def fsync_dir(path: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str, *, mode: int = 0o644, durable: bool = True) -> Iterator[BinaryIO]:
-    """Yield a file to write; on success it replaces ``path`` atomically, else it is removed."""
+def atomic_writer(
+    path: str, *, mode: int = 0o644, durable: bool = True, tmp_dir: str | None = None
+) -> Iterator[BinaryIO]:
+    """Yield a file to write; on success it replaces ``path`` atomically, else it is removed.
+
+    The temp file goes in ``tmp_dir`` when given (it must be on the same filesystem as
+    ``path``; a killed writer then leaves its debris there, not beside ``path``), else in
+    ``path``'s own directory.
+    """
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".incomplete", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".incomplete", dir=tmp_dir or directory)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f

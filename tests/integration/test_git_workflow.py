@@ -229,6 +229,8 @@ def test_killed_checkout_leaves_no_half_written_file(tmp_path: Path) -> None:
         p.wait()
         content = (clone / "big.bin").read_bytes()
         assert content == data or content.startswith(b"version https://gitxet.dev/spec/v1\n")
+        # nothing half-written anywhere in the work tree either
+        assert git("status", "--porcelain", "--untracked-files=all", cwd=clone).strip() == ""
     xet("checkout", cwd=clone)
     assert (clone / "big.bin").read_bytes() == data
 
