@@ -27,7 +27,15 @@ from gitxet.data.clean import Ingestor, IngestResult
 from gitxet.data.reconstruct import ChunkSource, FileReader
 from gitxet.data.sources import LayeredSource
 from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, fetch_files, push_files
-from gitxet.errors import ConfigError, GitError, GitxetError, MaterializeError, PointerFormatError
+from gitxet.errors import (
+    ConfigError,
+    FileNotFoundInCASError,
+    GitError,
+    GitxetError,
+    MaterializeError,
+    NotFoundError,
+    PointerFormatError,
+)
 from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
 from gitxet.git import process
 from gitxet.git.index import Restat, blob_id, restat_entries
@@ -180,6 +188,7 @@ class XetRepo:
         self._remote_factory = remote_factory
         self._remotes: dict[str, CASRemote] = {}
         self._delay_ok: bool | None = None
+        self._paths_by_hash: dict[str, str] = {}
 
     def _config(self, key: str) -> str | None:
         return process.config_get(self.cwd, key)
@@ -358,7 +367,10 @@ class XetRepo:
     ) -> list[Pointer]:
         """Pointers in commits ``revs`` that ``exclude`` and ``refs/remotes/<remote>`` lack."""
         blobs = list(process.small_blobs(self.cwd, revs, exclude, remote))
-        return [p for _, p in self._read_pointers([(b.oid, b.path) for b in blobs])]
+        found = list(self._read_pointers([(b.oid, b.path) for b in blobs]))
+        for path, ptr in found:  # to name a file, not a hash, when its data is missing
+            self._paths_by_hash.setdefault(ptr.xet_hash, os.fsdecode(path))
+        return [ptr for _, ptr in found]
 
     def pointer_files(
         self, rev: str | None = "HEAD", paths: Sequence[str] = ()
@@ -429,7 +441,17 @@ class XetRepo:
     ) -> TransferSummary:
         """Upload the data behind ``pointers`` to ``remote``'s CAS."""
         hashes = [from_hex(p.xet_hash) for p in pointers if p.size]
-        return push_files(self.cas, self.remote(remote), hashes, progress=progress)
+        try:
+            return push_files(self.cas, self.remote(remote), hashes, progress=progress)
+        except FileNotFoundInCASError as exc:
+            path = self._paths_by_hash.get(exc.file_hex)
+            if path is None:
+                raise
+            raise NotFoundError(
+                f"{path}: its data is not in this repository's store (xet hash "
+                f"{exc.file_hex[:16]}...): it was committed as a pointer without being "
+                "added here; add the file's content again, or fetch it first"
+            ) from None
 
     def materialize(
         self,
@@ -619,7 +641,6 @@ class DatasetSource:
         Raises:
             NotFoundError: no such revision.
         """
-        from gitxet.errors import NotFoundError
 
         if not rev or rev.startswith("-"):
             raise NotFoundError(f"no such revision {rev!r} in {self.description}")
@@ -671,7 +692,6 @@ def mirror_git_metadata(url: str, access: HttpAccess) -> str:
     import subprocess
 
     from gitxet.data.remote_source import without_credentials
-    from gitxet.errors import NotFoundError
 
     parts = urllib.parse.urlsplit(url)
     token = access.token or (urllib.parse.unquote(parts.password) if parts.password else None)
@@ -718,7 +738,6 @@ def open_dataset(spec: str, access: HttpAccess | None = None) -> DatasetSource:
     Raises:
         NotFoundError: ``spec`` is not a git repository gitxet can read.
     """
-    from gitxet.errors import NotFoundError
 
     if spec.startswith(("http://", "https://")):
         if access is None or access.remote_factory is None:

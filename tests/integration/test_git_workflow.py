@@ -407,6 +407,11 @@ def test_bad_input_gives_one_clear_line(tmp_path: Path) -> None:
     r = xet("checkout", "ghost.bin", cwd=work, check=False)
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "b" * 16 in r.stderr or "not found" in r.stderr
+    # ... and a push of it is refused before any ref moves, naming the file
+    r = run("git", "push", "origin", "main", cwd=work, check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "ghost.bin: its data is not in this repository's store" in r.stderr
+    assert git("ls-remote", "origin", cwd=work).strip() == ""
     # malformed pointer in a commit: served as a plain file, not an error
     (work / "weird.bin").write_text("version https://gitxet.dev/spec/v1\noid sha256:zz\n")
     git("add", "weird.bin", cwd=work)
