@@ -470,6 +470,9 @@ class XetRepo:
         if self.worktree is None:
             raise GitError("a bare repository has no work tree to check out into")
         todo = [f for f in files if not f.materialized]
+        # a run killed between writing a file and recording its stat leaves git thinking it
+        # modified (the index still has the pointer's size): let git check those again
+        self._refresh(self._stat_dirty([f.path for f in files if f.materialized]))
         if not todo:
             return 0
         with contextlib.suppress(GitxetError):
@@ -595,11 +598,21 @@ class XetRepo:
         self._refresh([f.path for f in todo])
         return len(todo)
 
+    def _stat_dirty(self, paths: Sequence[str]) -> list[str]:
+        """Those of ``paths`` whose index stat no longer matches the work tree (no reads)."""
+        if not paths:
+            return []
+        out = process.run_git(["diff-files", "--name-only", "-z"], cwd=self.cwd, check=False)
+        dirty = {os.fsdecode(p) for p in out.split(b"\0") if p}
+        return [p for p in paths if p in dirty]
+
     def _refresh(self, paths: Sequence[str]) -> None:
-        if paths:
-            # stat info changed but the cleaned content did not: let git re-check it
+        # stat info changed but the cleaned content did not: let git re-check it
+        for i in range(0, len(paths), 1000):  # stay far below the argument-size limit
             process.run_git(
-                ["update-index", "-q", "--refresh", "--", *paths], cwd=self.cwd, check=False
+                ["update-index", "-q", "--refresh", "--", *paths[i : i + 1000]],
+                cwd=self.cwd,
+                check=False,
             )
 
     def pending_uploads(self, remote: str | None = None) -> list[str]:

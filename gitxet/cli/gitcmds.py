@@ -388,8 +388,8 @@ def checkout_cmd(
 ) -> None:
     """Materialize pointer files in the work tree (fetching their data)."""
     repo = _open_repo()
-    files = [f for f in _select(repo, paths) if not f.materialized]
-    total = sum(f.pointer.size for f in files)
+    files = _select(repo, paths)  # materialize() skips (and settles) the materialized ones
+    total = sum(f.pointer.size for f in files if not f.materialized)
     with byte_progress("materializing", total) as advance:
         n = repo.materialize(files, progress=advance)
     _say(f"git-xet: materialized {n} file(s), {total:,} bytes")
