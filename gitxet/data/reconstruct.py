@@ -5,9 +5,10 @@ the terms and chunks it touches and asks its :class:`ChunkSource` for just those
 a 4 KiB read of a 100 GiB file decodes one chunk. Decoded chunks are kept in a small LRU
 shared by all readers of a :class:`ChunkCache`, which makes sequential reads cheap.
 
-A source may also offer ``read_verified_part`` (see :class:`PartSource`): a small read that
-falls inside one chunk it has already verified, and stored uncompressed, is then one
-``pread`` of just those bytes, which is what keeps random 4 KiB reads cheap.
+A source may also offer ``read_verified_part`` and ``read_verified_range`` (see
+:class:`PartSource`): a read of chunks it has already verified, and stored uncompressed, is
+then one ``pread`` of just those bytes (chunk headers cut out), which keeps random 4 KiB
+reads and re-reads of a file cheap: no decoding, no re-hashing, no chunk cache.
 
 Integrity: a source returns only chunks verified against their hashes, and a reader checks,
 before serving anything, that the chunk hashes its terms name Merkle-hash to the file hash,
@@ -54,6 +55,8 @@ class PartSource(Protocol):
     def read_verified_part(
         self, xorb_hash: bytes, index: int, lo: int, hi: int
     ) -> bytes | None: ...
+
+    def read_verified_range(self, xorb_hash: bytes, lo: int, hi: int) -> bytes | None: ...
 
 
 class ChunkCache:
@@ -115,8 +118,8 @@ class FileReader:
         if info is None and file_hash_ != ZERO_HASH:
             raise FileNotFoundInCASError(to_hex(file_hash_))
         self.info = info
-        part = getattr(source, "read_verified_part", None)
-        self._part: PartSource | None = source if part is not None else None  # type: ignore[assignment]
+        partial = all(hasattr(source, m) for m in ("read_verified_part", "read_verified_range"))
+        self._part: PartSource | None = source if partial else None  # type: ignore[assignment]
         terms = info.terms if info is not None else []
         self._spans: list[_Span] = []
         self._starts: list[int] = []
@@ -208,11 +211,19 @@ class FileReader:
             # positions inside the xorb's decoded data
             lo = base + (pos - span.offset)
             hi = base + min(end - span.offset, t.unpacked_bytes)
-            c0 = bisect.bisect_right(offs, lo, t.chunk_start, t.chunk_end) - 1
-            c1 = bisect.bisect_left(offs, hi, t.chunk_start, t.chunk_end + 1)
-            data = b"".join(self._chunks(t.xorb_hash, c0, c1))
-            skip = lo - offs[c0]
-            parts.append(data[skip : skip + (hi - lo)])
+            verified = (
+                self._part.read_verified_range(t.xorb_hash, lo, hi)
+                if self._part is not None
+                else None
+            )
+            if verified is not None:
+                parts.append(verified)
+            else:
+                c0 = bisect.bisect_right(offs, lo, t.chunk_start, t.chunk_end) - 1
+                c1 = bisect.bisect_left(offs, hi, t.chunk_start, t.chunk_end + 1)
+                data = b"".join(self._chunks(t.xorb_hash, c0, c1))
+                skip = lo - offs[c0]
+                parts.append(data[skip : skip + (hi - lo)])
             pos += hi - lo
             k += 1
         return b"".join(parts)

@@ -49,3 +49,6 @@ class LayeredSource:
 
     def read_verified_part(self, xorb_hash: bytes, index: int, lo: int, hi: int) -> bytes | None:
         return self._holder(xorb_hash).read_verified_part(xorb_hash, index, lo, hi)
+
+    def read_verified_range(self, xorb_hash: bytes, lo: int, hi: int) -> bytes | None:
+        return self._holder(xorb_hash).read_verified_range(xorb_hash, lo, hi)

@@ -208,13 +208,45 @@ def test_verified_parts_of_uncompressed_chunks_are_single_preads(tmp_path: str) 
         assert fr.read(off, n) == data[off : off + n]
 
 
+def test_verified_ranges_across_chunks_are_single_preads(tmp_path: str) -> None:
+    cas, data, fh = _mixed_file(tmp_path)
+    (xh,) = list(cas.xorb_hashes())
+    offs = cas.layout(xh).data_offsets
+    assert cas.read_verified_range(xh, 0, 10) is None  # never verified: decode first
+    cas.read_chunks(xh, 0, 3)
+    assert cas.read_verified_range(xh, 100, offs[3] - 5) == data[100 : offs[3] - 5]
+    assert cas.read_verified_range(xh, offs[1], offs[2]) == data[offs[1] : offs[2]]
+    assert cas.read_verified_range(xh, 5, offs[3] + 1) is None  # chunk 3 not verified yet
+    for bad in ((0, 0), (-1, 5), (0, offs[-1] + 1)):
+        with pytest.raises(IndexError):
+            cas.read_verified_range(xh, *bad)
+    # every chunk verified: ranges inside the incompressible half are served raw, ranges
+    # touching a compressed chunk never are
+    cas.read_chunks(xh, 0, len(offs) - 1)
+    random_end = max(o for o in offs if o <= 1 << 20)
+    rnd = random.Random(13)
+    for _ in range(500):
+        lo = rnd.randrange(random_end - 1)
+        hi = rnd.randrange(lo + 1, random_end + 1)
+        assert cas.read_verified_range(xh, lo, hi) == data[lo:hi]
+    assert cas.read_verified_range(xh, 0, offs[-1]) is None
+    # a reader serves every range exactly, on its first (decoding) and later (raw) reads
+    fr = FileReader(cas, fh, cache=ChunkCache(1 << 16))
+    for _ in range(1000):
+        off = rnd.randrange(len(data))
+        n = rnd.choice([1, 4096, 1 << 20, rnd.randrange(1, 300_000)])
+        assert fr.read(off, n) == data[off : off + n]
+
+
 def test_verification_does_not_outlive_the_descriptor(tmp_path: str) -> None:
     cas, data, _ = _mixed_file(tmp_path)
     (xh,) = list(cas.xorb_hashes())
     cas.read_chunks(xh, 0, 1)
     assert cas.read_verified_part(xh, 0, 0, 8) == data[:8]
+    assert cas.read_verified_range(xh, 0, 8) == data[:8]
     cas.close()  # drops the descriptors, and with them what was verified through them
     assert cas.read_verified_part(xh, 0, 0, 8) is None
+    assert cas.read_verified_range(xh, 0, 8) is None
     corrupt_one_byte(cas.xorb_path(xh), 100)  # the next reader hashes again, and notices
     with pytest.raises(IntegrityError):
         cas.read_chunks(xh, 0, 1)
