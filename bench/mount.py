@@ -246,7 +246,7 @@ def main() -> None:
         rss_dir = work / "rss"
         rss_dir.mkdir(exist_ok=True)
         remote_rss = make_repo(rss_dir, env, {"huge.bin": args.rss_mib << 20})
-        shutil.rmtree(rss_dir / "repo")  # keep only the remote (disk space)
+        shutil.rmtree(rss_dir / "repo", ignore_errors=True)  # keep only the remote (disk)
         sh("git-xet", "mount", str(remote_rss), "main", str(mnt), env=env)
         pid = mount_pid(mnt, env)
         try:
