@@ -516,12 +516,12 @@ def serve(
 ) -> None:
     """Mount ``fs`` read-only at ``mountpoint`` and serve it until it is unmounted.
 
-        Returns after an external unmount (``fusermount3 -u``) or, when called from the main
-        thread, after SIGTERM / SIGINT, which unmount cleanly: requests still running
-        ``shutdown_grace`` seconds later are abandoned (their callers get ENOTCONN). ``ready()``
-        is called once, in a worker thread, when the mount is live. ``read_around`` turns on
-    chunk read-around (``gitxet.mount.readaround``). Raises :class:`MountError`
-        when the mount cannot be made, and re-raises what ``ready()`` raised after unmounting.
+    Returns after an external unmount (``fusermount3 -u``) or, when called from the main
+    thread, after SIGTERM / SIGINT, which unmount cleanly: requests still running
+    ``shutdown_grace`` seconds later are abandoned (their callers get ENOTCONN). ``ready()``
+    is called once, in a worker thread, when the mount is live. ``read_around`` turns on
+    chunk read-around (``gitxet.mount.readaround``). Raises :class:`MountError` when the
+    mount cannot be made, and re-raises what ``ready()`` raised after unmounting.
     """
     mnt = normalize_mountpoint(mountpoint)
     if not os.path.isdir(mnt):
