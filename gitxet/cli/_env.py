@@ -18,18 +18,6 @@ if TYPE_CHECKING:  # kept out of start-up: every git-xet command imports this mo
     from gitxet.repo import HttpAccess
 
 
-def human_size(n: int) -> str:
-    """``n`` bytes for people: ``512 B``, ``3.4 MiB``, ``1.2 TiB``."""
-    if n < 1024:
-        return f"{n} B"
-    value = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024 or unit == "TiB":
-            break
-    return f"{value:.1f} {unit}"
-
-
 def parse_size(text: str) -> int:
     from gitxet.repo import parse_size as parse
 

@@ -9,6 +9,18 @@ from contextlib import contextmanager
 from typing import Any
 
 
+def human_size(n: int) -> str:
+    """``n`` bytes for people: ``512 B``, ``3.4 MiB``, ``1.2 TiB``."""
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
 def stderr_console() -> Any:
     from rich.console import Console
 

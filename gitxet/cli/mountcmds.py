@@ -271,7 +271,7 @@ def unmount_cmd(
 
 def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """List active gitxet mounts: mountpoint, kind, commit, repo, pid and chunk-cache use."""
-    from gitxet.cli._env import human_size
+    from gitxet.cli._progress import human_size
     from gitxet.data.remote_source import chunk_cache_bytes
 
     usage: dict[str, int] = {}
