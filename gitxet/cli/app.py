@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from typing import Annotated
@@ -53,6 +54,33 @@ migrate.register(app)
 hooks.register(app)
 csi.register(app)
 plugins.register(app)
+
+
+def _reflow(doc: str) -> str:
+    """A docstring as help text: each prose paragraph on one line (the terminal wraps it);
+    paragraphs with indented lines or list items keep their line breaks."""
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    out = []
+    for para in paragraphs:
+        lines = para.splitlines()
+        keep = any(ln.startswith((" ", "-", "*", "\b")) for ln in lines[1:]) or para.startswith(
+            "\b"
+        )
+        out.append(para if keep else " ".join(ln.strip() for ln in lines))
+    return "\n\n".join(out)
+
+
+def _reflow_help(typer_app: typer.Typer) -> None:
+    # typer keeps a docstring's hard line breaks, which wrap raggedly in narrow terminals
+    for cmd in typer_app.registered_commands:
+        if cmd.help is None and cmd.callback is not None and cmd.callback.__doc__:
+            cmd.help = _reflow(cmd.callback.__doc__)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _reflow_help(group.typer_instance)
+
+
+_reflow_help(app)
 
 
 def main() -> None:
