@@ -27,27 +27,31 @@ import os
 import stat
 import tempfile
 import threading
-import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import IO, Any, NamedTuple, TypeVar
-
-from dulwich.errors import NotGitRepository
-from dulwich.repo import Repo
+from typing import IO, Any, TypeVar
 
 from gitxet.data.reconstruct import ChunkCache, ChunkSource, FileReader
 from gitxet.errors import (
     FormatError,
-    GitError,
-    GitObjectNotFoundError,
     IntegrityError,
     PointerFormatError,
 )
 from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer, looks_like_pointer
+from gitxet.git.objects import (
+    FILE_MODES,
+    MODE_DIR,
+    MODE_GITLINK,
+    MODE_LINK,
+    OBJ_BLOB,
+    OBJ_TREE,
+    GitObjects,
+    TreeRecord,
+    parse_tree,
+)
 from gitxet.hashing import from_hex
 from gitxet.vfs.nodes import Attrs, FSStats, NodeKind
 
@@ -60,279 +64,22 @@ ROOT_INO = 1
 _INO_MASK = (1 << 63) - 1  # inode numbers are 63-bit: they stay positive as signed 64-bit
 _INO_PERSON = b"gitxet.vfs.ino"  # blake2b personalisation: domain-separates the hash
 
-# git tree entry modes
-_MODE_DIR = 0o040000
-_MODE_LINK = 0o120000
-_MODE_GITLINK = 0o160000
-_FILE_MODES = frozenset({0o100644, 0o100755, 0o100664})  # 100664: written by very old gits
-
-# pack entry types (gitformat-pack)
-_OBJ_COMMIT, _OBJ_TREE, _OBJ_BLOB, _OBJ_TAG, _OFS_DELTA, _REF_DELTA = 1, 2, 3, 4, 6, 7
-
-_GIT_HANDLES = 4  # dulwich repos opened at most (one per concurrent git reader)
 _MAX_SPOOLS = 8  # big plain blobs kept in temporary files
-_VARINT_MAX = 10  # bytes of a 64-bit size in git's 7-bit varints
 
 T = TypeVar("T")
 
 
-# ---- git objects ---------------------------------------------------------------------------
-
-
-class _Entry(NamedTuple):
-    """One tree entry: name, git mode, raw object id."""
-
-    name: bytes
-    mode: int
-    sha: bytes
+# ---- nodes ----------------------------------------------------------------------------------
 
 
 def _kind_of(mode: int) -> NodeKind | None:
-    if mode in _FILE_MODES:
+    if mode in FILE_MODES:
         return NodeKind.FILE
-    if mode in (_MODE_DIR, _MODE_GITLINK):
+    if mode in (MODE_DIR, MODE_GITLINK):
         return NodeKind.DIR
-    if mode == _MODE_LINK:
+    if mode == MODE_LINK:
         return NodeKind.SYMLINK
     return None
-
-
-def parse_tree(raw: bytes, sha_len: int, what: str) -> list[_Entry]:
-    """Entries of a tree object, refusing anything a filesystem cannot show.
-
-    Raises:
-        FormatError: truncated entries, bad modes, names that are empty, ``.``, ``..`` or
-            contain ``/``, and duplicate names (git fsck rejects the same).
-    """
-    out: list[_Entry] = []
-    seen: set[bytes] = set()
-    pos, end = 0, len(raw)
-    while pos < end:
-        sp = raw.find(b" ", pos, pos + 8)
-        mode_text = raw[pos:sp]
-        if sp < 0 or not mode_text or mode_text.strip(b"01234567"):
-            raise FormatError(what, f"entry at byte {pos}: bad or missing mode")
-        nul = raw.find(b"\0", sp + 1)
-        if nul < 0 or nul + 1 + sha_len > end:
-            raise FormatError(what, f"entry at byte {pos}: truncated")
-        name = raw[sp + 1 : nul]
-        mode = int(mode_text, 8)
-        if not name or name in (b".", b"..") or b"/" in name:
-            raise FormatError(what, f"entry at byte {pos}: invalid name {name!r}")
-        if _kind_of(mode) is None:
-            raise FormatError(what, f"entry {name!r}: unsupported mode {mode:o}")
-        if name in seen:
-            raise FormatError(what, f"duplicate entry {name!r}")
-        seen.add(name)
-        out.append(_Entry(name, mode, raw[nul + 1 : nul + 1 + sha_len]))
-        pos = nul + 1 + sha_len
-    return out
-
-
-def _varint_le(data: bytes, pos: int, what: str) -> tuple[int, int]:
-    """A delta-header size (7 bits per byte, least significant group first)."""
-    value = shift = 0
-    for i in range(pos, min(len(data), pos + _VARINT_MAX)):
-        value |= (data[i] & 0x7F) << shift
-        shift += 7
-        if not data[i] & 0x80:
-            return value, i + 1
-    raise FormatError(what, "truncated size in delta header")
-
-
-def _inflate_prefix(read: Callable[[int], bytes], want: int, what: str) -> bytes:
-    """The first ``want`` decompressed bytes of a zlib stream, reading as little as possible."""
-    d = zlib.decompressobj()
-    out = b""
-    for _ in range(64):  # 64 reads of 64 bytes: no sane header needs more
-        if len(out) >= want or d.eof:
-            return out
-        data = d.unconsumed_tail or read(64)
-        if not data:
-            break
-        try:
-            out += d.decompress(data, want - len(out))
-        except zlib.error as exc:
-            raise FormatError(what, f"bad zlib data ({exc})") from None
-    if d.eof or len(out) >= want:
-        return out
-    raise FormatError(what, "zlib stream ends early")
-
-
-def packed_size(path: str, offset: int, sha_len: int) -> int:
-    """Size of the object at ``offset`` in a pack, from its entry header or delta header.
-
-    A non-delta entry's header holds the object size. A delta's compressed data starts with
-    the base size and the result size, so only the first bytes need inflating.
-    """
-    what = f"pack {os.path.basename(path)} @{offset}"
-    with open(path, "rb", buffering=0) as f:
-        head = os.pread(f.fileno(), 2 * _VARINT_MAX + sha_len, offset)
-        if not head:
-            raise FormatError(what, "offset beyond the end of the pack")
-        kind = (head[0] >> 4) & 7
-        size, shift, i = head[0] & 0x0F, 4, 1
-        while head[i - 1] & 0x80:
-            if i >= min(len(head), _VARINT_MAX):
-                raise FormatError(what, "truncated entry header")
-            size |= (head[i] & 0x7F) << shift
-            shift += 7
-            i += 1
-        if kind in (_OBJ_COMMIT, _OBJ_TREE, _OBJ_BLOB, _OBJ_TAG):
-            return size
-        if kind == _OFS_DELTA:
-            while i < len(head) and head[i] & 0x80:
-                i += 1
-            i += 1
-        elif kind == _REF_DELTA:
-            i += sha_len
-        else:
-            raise FormatError(what, f"unknown entry type {kind}")
-        pos = offset + i
-
-        def read(n: int) -> bytes:
-            nonlocal pos
-            data = os.pread(f.fileno(), n, pos)
-            pos += len(data)
-            return data
-
-        prefix = _inflate_prefix(read, 2 * _VARINT_MAX, what)
-    _base, j = _varint_le(prefix, 0, what)
-    result, _ = _varint_le(prefix, j, what)
-    return result
-
-
-def loose_size(path: str) -> int:
-    """Size of a loose blob, from the ``blob <size>\\0`` header at the start of its stream."""
-    what = f"loose object {os.path.basename(os.path.dirname(path))}{os.path.basename(path)}"
-    with open(path, "rb") as f:
-        prefix = _inflate_prefix(f.read, 32, what)
-    header, nul, _ = prefix.partition(b"\0")
-    kind, _sp, size = header.partition(b" ")
-    if not nul or kind != b"blob" or not size.isdigit():
-        raise FormatError(what, f"not a blob header: {header[:32]!r}")
-    return int(size)
-
-
-class _Handle:
-    """One dulwich repository, used by one thread at a time."""
-
-    def __init__(self, path: str) -> None:
-        self.repo = Repo(path)
-        try:
-            self.store: Any = self.repo.object_store
-            self.packs: list[Any] = list(self.store.packs)
-        except BaseException:
-            self.repo.close()
-            raise
-
-    def size(self, hexsha: bytes, sha_len: int) -> int:
-        for attempt in range(2):
-            for pack in self.packs:
-                try:
-                    offset = pack.index.object_offset(hexsha)
-                except KeyError:
-                    continue
-                return packed_size(os.fspath(pack.data.path), offset, sha_len)
-            root = getattr(self.store, "path", None)
-            if root is not None:
-                text = hexsha.decode("ascii")
-                try:
-                    return loose_size(os.path.join(os.fspath(root), text[:2], text[2:]))
-                except FileNotFoundError:
-                    pass
-            if attempt == 0:  # a repack may have moved it into a pack we do not know yet
-                self.packs = list(self.store.packs)
-        # alternates, or a store that is not on disk: pay for a full read
-        return len(self.raw(hexsha, _OBJ_BLOB))
-
-    def raw(self, hexsha: bytes, want: int) -> bytes:
-        try:
-            type_num, data = self.store.get_raw(hexsha)
-        except KeyError:
-            raise GitObjectNotFoundError(hexsha.decode("ascii")) from None
-        if type_num != want:
-            raise GitError(f"object {hexsha.decode('ascii')} has type {type_num}, not {want}")
-        return bytes(data)
-
-    def close(self) -> None:
-        self.repo.close()
-
-
-class _Git:
-    """A small pool of dulwich repositories: dulwich objects are not thread-safe."""
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._cond = threading.Condition()
-        self._closed = False
-        try:
-            first = _Handle(path)
-        except (NotGitRepository, FileNotFoundError, NotADirectoryError):
-            raise GitError(f"{path}: not a git repository") from None
-        self._idle = [first]
-        self._count = 1
-
-    @contextmanager
-    def _handle(self) -> Iterator[_Handle]:
-        with self._cond:
-            while not self._closed and not self._idle and self._count >= _GIT_HANDLES:
-                self._cond.wait()
-            if self._closed:
-                raise GitError("the repository was closed")
-            handle = self._idle.pop() if self._idle else None
-            if handle is None:
-                self._count += 1
-        if handle is None:
-            try:
-                handle = _Handle(self._path)
-            except BaseException:
-                with self._cond:
-                    self._count -= 1
-                    self._cond.notify()
-                raise
-        try:
-            yield handle
-        finally:
-            with self._cond:
-                if self._closed:
-                    handle.close()
-                else:
-                    self._idle.append(handle)
-                self._cond.notify()
-
-    def raw(self, sha: bytes, want: int) -> bytes:
-        with self._handle() as h:
-            return h.raw(sha.hex().encode("ascii"), want)
-
-    def size(self, sha: bytes) -> int:
-        with self._handle() as h:
-            return h.size(sha.hex().encode("ascii"), len(sha))
-
-    def commit(self, hexsha: bytes) -> tuple[bytes, int]:
-        """(tree id, committer time in seconds) of a commit, peeling annotated tags."""
-        with self._handle() as h:
-            for _ in range(16):
-                try:
-                    obj = h.store[hexsha]
-                except KeyError:
-                    raise GitObjectNotFoundError(hexsha.decode("ascii")) from None
-                if obj.type_name == b"tag":
-                    hexsha = obj.object[1]
-                    continue
-                if obj.type_name != b"commit":
-                    kind = obj.type_name.decode("ascii")
-                    raise GitError(f"object {hexsha.decode('ascii')} is a {kind}, not a commit")
-                return bytes.fromhex(obj.tree.decode("ascii")), int(obj.commit_time)
-        raise GitError(f"tag chain at {hexsha.decode('ascii')} is too long")
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            idle, self._idle = self._idle, []
-            self._cond.notify_all()
-        for h in idle:
-            h.close()
 
 
 # ---- caches --------------------------------------------------------------------------------
@@ -498,7 +245,7 @@ class _Node:
         self.path = path  # from the repository root, so inode numbers ignore ``subdir``
         self.mode = mode
         self.sha = sha
-        self.entries: list[_Entry] | None = [] if mode == _MODE_GITLINK else None
+        self.entries: list[TreeRecord] | None = [] if mode == MODE_GITLINK else None
         self.children: dict[bytes, _Node] | None = None
         self.order: list[_Node] = []  # children sorted by name
         self.attrs: Attrs | None = None
@@ -589,7 +336,7 @@ class CommitFS:
         self._nodes: dict[int, _Node] = {}
         self._expanded_all = False
         self._stats: FSStats | None = None
-        self._git = _Git(repo_path)
+        self._git = GitObjects(repo_path)
         try:
             tree, seconds = self._git.commit(text.encode("ascii"))
             self.mtime_ns = seconds * 1_000_000_000
@@ -599,7 +346,7 @@ class CommitFS:
             raise
 
     def _find_root(self, tree: bytes, parts: list[bytes]) -> _Node:
-        node = _Node(ROOT_INO, None, b"", b"", _MODE_DIR, tree)
+        node = _Node(ROOT_INO, None, b"", b"", MODE_DIR, tree)
         for part in parts:
             entry = next((e for e in self._entries(node) if e.name == part), None)
             path = node.path + b"/" + part if node.path else part
@@ -660,7 +407,7 @@ class CommitFS:
             return cached
         if cached is not None:  # a spooled "symlink" of megabytes: not worth a special case
             cached.release()
-        data = self._git_op(node.shown, "read link", lambda: self._git.raw(node.sha, _OBJ_BLOB))
+        data = self._git_op(node.shown, "read link", lambda: self._git.raw(node.sha, OBJ_BLOB))
         self._blobs.put(node.sha, data)
         return data
 
@@ -772,15 +519,15 @@ class CommitFS:
             raise NotADirectoryError(errno.ENOTDIR, f"{node.shown}: not a directory")
         return node
 
-    def _entries(self, node: _Node) -> list[_Entry]:
+    def _entries(self, node: _Node) -> list[TreeRecord]:
         entries = node.entries
         if entries is None:
             entries = node.entries = self._tree(node.sha, node.shown)
         return entries
 
-    def _tree(self, sha: bytes, shown: str) -> list[_Entry]:
-        def load() -> list[_Entry]:
-            raw = self._git_op(shown, "read tree", lambda: self._git.raw(sha, _OBJ_TREE))
+    def _tree(self, sha: bytes, shown: str) -> list[TreeRecord]:
+        def load() -> list[TreeRecord]:
+            raw = self._git_op(shown, "read tree", lambda: self._git.raw(sha, OBJ_TREE))
             try:
                 return parse_tree(raw, len(sha), f"tree {sha.hex()}")
             except FormatError as exc:
@@ -861,7 +608,7 @@ class CommitFS:
 
     def _read_blob(self, sha: bytes, shown: str, size: int) -> bytes:
         """A blob's bytes from git, checked against its size, and cached."""
-        data = self._git_op(shown, "read blob", lambda: self._git.raw(sha, _OBJ_BLOB))
+        data = self._git_op(shown, "read blob", lambda: self._git.raw(sha, OBJ_BLOB))
         if len(data) != size:
             bad = FormatError(f"blob {sha.hex()}", f"{len(data)} bytes, its header says {size}")
             raise self._eio(shown, "inconsistent object", bad) from bad
@@ -920,7 +667,7 @@ class CommitFS:
     def _walk_totals(self) -> tuple[int, int]:
         """(bytes, nodes) of the served tree; each distinct tree object is summed once."""
         root = self._root
-        if root.mode == _MODE_GITLINK:
+        if root.mode == MODE_GITLINK:
             return 0, 1
         done: dict[bytes, tuple[int, int]] = {}
         stack: list[tuple[bytes, str, bool]] = [(root.sha, root.shown, False)]
@@ -933,7 +680,7 @@ class CommitFS:
                 subs = [
                     (e.sha, _join(shown, e.name), False)
                     for e in entries
-                    if e.mode == _MODE_DIR and e.sha not in done
+                    if e.mode == MODE_DIR and e.sha not in done
                 ]
                 if subs:
                     stack.append((sha, shown, True))
@@ -941,16 +688,16 @@ class CommitFS:
                     continue
             total, count = 0, 1
             for e in entries:
-                if e.mode == _MODE_DIR:
+                if e.mode == MODE_DIR:
                     sub_total, sub_count = done[e.sha]
                     total += sub_total
                     count += sub_count
                     continue
                 count += 1
                 where = _join(shown, e.name)
-                if e.mode == _MODE_LINK:
+                if e.mode == MODE_LINK:
                     total += self._git_op(where, "size link", partial(self._git.size, e.sha))
-                elif e.mode != _MODE_GITLINK:
+                elif e.mode != MODE_GITLINK:
                     total += self._blob_info(e.sha, where).size
             done[sha] = (total, count)
         return done[root.sha]

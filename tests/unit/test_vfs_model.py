@@ -20,10 +20,11 @@ import pytest
 from gitxet.data.clean import Ingestor
 from gitxet.errors import GitError, GitObjectNotFoundError
 from gitxet.formats.pointer import VERSION_LINE, Pointer
+from gitxet.git.objects import TreeRecord, loose_size, packed_size, parse_tree
 from gitxet.hashing import to_hex
 from gitxet.store.cas import LocalCAS
 from gitxet.vfs import model
-from gitxet.vfs.model import ROOT_INO, CommitFS, loose_size, packed_size
+from gitxet.vfs.model import ROOT_INO, CommitFS
 from gitxet.vfs.nodes import Attrs, NodeKind
 
 # Sealed git for module-scoped fixtures, which are set up before the autouse env fixture.
@@ -502,7 +503,7 @@ def test_missing_tree_object_gives_eio(world: World, cas: LocalCAS, tmp_path: Pa
 def test_malformed_tree_names_are_refused() -> None:
     sha = bytes(20)
     good = b"100644 a\0" + sha
-    assert model.parse_tree(good, 20, "t") == [model._Entry(b"a", 0o100644, sha)]
+    assert parse_tree(good, 20, "t") == [TreeRecord(b"a", 0o100644, sha)]
     for bad in (
         b"100644 ..\0" + sha,
         b"100644 a/b\0" + sha,
@@ -514,7 +515,7 @@ def test_malformed_tree_names_are_refused() -> None:
         b"100644a" + sha,
     ):
         with pytest.raises(model.FormatError):
-            model.parse_tree(bad, 20, "t")
+            parse_tree(bad, 20, "t")
 
 
 # ---- object sizes from headers ----------------------------------------------------------
