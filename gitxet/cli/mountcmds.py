@@ -270,15 +270,20 @@ def unmount_cmd(
 
 
 def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """List active gitxet mounts: mountpoint, kind, commit, repo, pid and chunk-cache use."""
+    """List active gitxet mounts: mountpoint, kind, commit, repo, pid and where data comes from.
+
+    A mount of an http(s) repository reads through the shared chunk cache, whose use is
+    shown; a mount of a local repository reads that repository's own store.
+    """
     from gitxet.cli._progress import human_size
     from gitxet.data.remote_source import chunk_cache_bytes
 
     usage: dict[str, int] = {}
     for rec in _registry().list():
-        if rec.cache_dir not in usage:
-            usage[rec.cache_dir] = chunk_cache_bytes(rec.cache_dir) if rec.cache_dir else 0
-        cached = usage[rec.cache_dir]
+        remote = rec.repo.startswith(("http://", "https://"))
+        if remote and rec.cache_dir not in usage:
+            usage[rec.cache_dir] = chunk_cache_bytes(rec.cache_dir)
+        cached = usage.get(rec.cache_dir, 0) if remote else None
         if as_json:
             typer.echo(
                 json.dumps(
@@ -288,16 +293,22 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
                         "kind": rec.kind,
                         "repo": rec.repo,
                         "commit": rec.commit,
-                        "cache_dir": rec.cache_dir,
+                        "data": "chunk cache" if remote else "local store",
+                        "cache_dir": rec.cache_dir if remote else None,
                         "cache_bytes": cached,
                         "log": rec.log_path,
                     }
                 )
             )
         else:
+            data = (
+                f"cache {human_size(cached)} in {rec.cache_dir}"
+                if cached is not None
+                else "data from the repository's store"
+            )
             typer.echo(
                 f"{rec.mountpoint}\t{rec.kind}\t{rec.commit[:12]}\t{rec.repo}\tpid {rec.pid}"
-                f"\tcache {human_size(cached)} in {rec.cache_dir}"
+                f"\t{data}"
             )
 
 

@@ -151,7 +151,7 @@ def test_mount_branch_and_old_commit(tmp_path: Path, dataset: dict[str, object])
                 op()
             assert ei.value.errno == errno.EROFS
         listing = run("git-xet", "mounts", cwd=tmp_path).stdout
-        assert str(mnt) in listing and "cache " in listing
+        assert str(mnt) in listing and "data from the repository's store" in listing
     finally:
         run("git-xet", "unmount", str(mnt), cwd=tmp_path, check=False)
     assert not mounted(mnt)
