@@ -43,10 +43,10 @@ from gitxet.hashing import from_hex, to_hex
 from gitxet.store.atomic import atomic_writer
 from gitxet.store.cas import LocalCAS
 
-DEFAULT_THRESHOLD = 256 * 1024
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
+DEFAULT_THRESHOLD = 256 * 1024
 Progress = Callable[[int], None]
 
 
@@ -654,7 +654,6 @@ class DatasetSource:
         Raises:
             NotFoundError: no such revision.
         """
-
         if not rev or rev.startswith("-"):
             raise NotFoundError(f"no such revision {rev!r} in {self.description}")
         r = process.run_git(
@@ -751,7 +750,6 @@ def open_dataset(spec: str, access: HttpAccess | None = None) -> DatasetSource:
     Raises:
         NotFoundError: ``spec`` is not a git repository gitxet can read.
     """
-
     if spec.startswith(("http://", "https://")):
         if access is None or access.remote_factory is None:
             raise NotFoundError(f"{spec}: http(s) repositories need server access settings")

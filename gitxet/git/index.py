@@ -78,7 +78,8 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def _checksum_len(data: bytes) -> int | None:
-    """Length of the trailing checksum: SHA-1 or SHA-256, or all zeros (index.skipHash)."""
+    """Length of the trailing checksum when it verifies as SHA-1 or SHA-256, else None (an
+    all-zero trailer written under ``index.skipHash`` included: such an index is left to git)."""
     if hashlib.sha1(data[:-20]).digest() == data[-20:]:
         return 20
     if len(data) > 44 and hashlib.sha256(data[:-32]).digest() == data[-32:]:
