@@ -144,6 +144,8 @@ def main() -> None:
     ap.add_argument("--rand-seconds", type=int, default=10)
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
+    if shutil.which("fio") is None:
+        sys.exit("fio is not installed (Debian: apt-get install fio; rclone is optional)")
     size = args.size_mib << 20
     work = Path(args.dir or tempfile.mkdtemp(prefix="gitxet-mountbench-"))
     work.mkdir(parents=True, exist_ok=True)
