@@ -16,6 +16,11 @@ from pathlib import Path
 
 import pytest
 
+# The CI switch (a skipped FUSE/NFS/Docker test fails under CI=true), as conftest hooks.
+from tests.helpers.ci import pytest_make_collect_report, pytest_runtest_makereport
+
+__all__ = ["pytest_make_collect_report", "pytest_runtest_makereport"]
+
 GIT_IDENTITY = {"name": "Gitxet Test", "email": "test@gitxet.invalid"}
 
 _GLOBAL_CONFIG = f"""\

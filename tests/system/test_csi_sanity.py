@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.fuse_env import fuse_unavailable_reason, mountinfo_has
+from tests.helpers.fuse_env import mountinfo_has, require_fuse
 
 grpc = pytest.importorskip("grpc")
 
@@ -40,11 +40,7 @@ STEP = 30.0  # seconds for any single wait
 
 @pytest.fixture(autouse=True)
 def _fuse_required() -> None:
-    reason = fuse_unavailable_reason()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(f"FUSE must work in CI: {reason}")
-        pytest.skip(reason)
+    require_fuse()
 
 
 def _env() -> dict[str, str]:
@@ -54,8 +50,7 @@ def _env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A bare remote with two commits of a small dataset (xet-stored files and plain ones)."""
-    if fuse_unavailable_reason():
-        pytest.skip("FUSE unavailable")
+    require_fuse()
     tmp = tmp_path_factory.mktemp("csi-ds")
     env = _env()
     home = tmp / "home"

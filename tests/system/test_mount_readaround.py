@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gitxet.chunking import chunk_bytes
-from tests.helpers.fuse_env import fuse_unavailable_reason
+from tests.helpers.fuse_env import require_fuse
 
 pytestmark = [pytest.mark.fuse, pytest.mark.timeout(300)]
 
@@ -46,11 +46,7 @@ def resident_pages(fd: int, size: int) -> bytes:
 
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, bytes]:
-    reason = fuse_unavailable_reason()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(f"FUSE must work in CI: {reason}")
-        pytest.skip(reason)
+    require_fuse()
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
