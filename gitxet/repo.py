@@ -40,8 +40,8 @@ from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
 from gitxet.git import process
 from gitxet.git.index import Restat, blob_id, restat_entries
 from gitxet.hashing import from_hex, to_hex
-from gitxet.store.atomic import atomic_writer
 from gitxet.store.cas import LocalCAS
+from gitxet.util.atomic import atomic_writer
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer

@@ -36,7 +36,7 @@ from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, from_hex, is_hex, merkle_root, to_hex
 from gitxet.remote import protocol as p
 from gitxet.remote.client import CASClient
-from gitxet.store.atomic import atomic_write
+from gitxet.util.atomic import atomic_write
 
 # Fetch URLs are signed and expire; re-ask for them well before a typical expiry.
 URL_TTL = 300.0

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gitxet.errors import ConfigError, GitError
-from gitxet.git._fsutil import atomic_write, existing_mode
+from gitxet.util.atomic import atomic_write
 
 __all__ = [
     "ATTRIBUTES",
@@ -177,7 +177,10 @@ def _states(lines: list[bytes]) -> dict[bytes, bool]:
 
 
 def _write(path: Path, lines: list[bytes]) -> None:
-    atomic_write(path, b"".join(lines), existing_mode(path, 0o644))
+    try:
+        atomic_write(path, b"".join(lines), keep_mode=True)
+    except OSError as exc:
+        raise GitError(f"cannot write {path}: {exc}") from exc
 
 
 def tracked_patterns(root: str | os.PathLike[str]) -> list[str]:

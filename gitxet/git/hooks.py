@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Literal
 
 from gitxet.errors import ConfigError, GitError, HookConflictError
-from gitxet.git._fsutil import atomic_write
 from gitxet.git.process import PathArg, run_git
+from gitxet.util.atomic import atomic_write
 
 __all__ = [
     "CHAINED_SUFFIX",
@@ -153,7 +153,10 @@ def install_hooks(
             except OSError as exc:
                 raise GitError(f"cannot move {path} aside: {exc}") from exc
         if action != "unchanged":
-            atomic_write(path, scripts[name].encode("utf-8"), 0o755)
+            try:
+                atomic_write(path, scripts[name].encode("utf-8"), mode=0o755)
+            except OSError as exc:
+                raise GitError(f"cannot write {path}: {exc}") from exc
         changes.append(HookChange(name, path, action))
     return changes
 

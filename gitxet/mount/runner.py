@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from gitxet.errors import FormatError, MountError
 from gitxet.formats.record import parse_record
+from gitxet.util.atomic import atomic_write
 
 MOUNTINFO = "/proc/self/mountinfo"
 LOG_TAIL_LINES = 20
@@ -600,7 +601,7 @@ class MountRegistry:
             raise ValueError(f"unknown mount kind {rec.kind!r}")
         rec = _replace_mountpoint(rec, normalize_mountpoint(rec.mountpoint))
         os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
-        _atomic_write(self._path(rec.mountpoint), rec.to_json())
+        atomic_write(self._path(rec.mountpoint), rec.to_json(), mode=0o600)
 
     def _load(self, path: str) -> MountRecord | None:
         try:
@@ -651,23 +652,3 @@ def _replace_mountpoint(rec: MountRecord, mountpoint: str) -> MountRecord:
     fields = asdict(rec)
     fields["mountpoint"] = mountpoint
     return MountRecord(**fields)
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

@@ -39,7 +39,7 @@ from typing import Any
 from gitxet.errors import FormatError, GitxetError, MountError, MountSpecError
 from gitxet.mount.runner import normalize_mountpoint
 from gitxet.plugins.mounter import Mounter, MountSpec, resolve_local, validate_spec
-from gitxet.store.atomic import atomic_write
+from gitxet.util.atomic import atomic_write
 
 log = logging.getLogger("gitxet.plugins.docker")
 

@@ -48,7 +48,7 @@ from gitxet.errors import (
 from gitxet.formats.record import parse_record
 from gitxet.git import process
 from gitxet.mount import runner
-from gitxet.store.atomic import atomic_write
+from gitxet.util.atomic import atomic_write
 
 TOKEN_ENV = "GITXET_TOKEN"
 # Hints for the mount daemon (the node-wide cache and its budget); read by the mount command.

@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gitxet.errors import ConfigError
-from gitxet.store.atomic import atomic_write
 from gitxet.store.locking import file_lock
+from gitxet.util.atomic import atomic_write
 
 __all__ = ["SCOPES", "TokenRecord", "TokenStore", "valid_repo_name"]
 

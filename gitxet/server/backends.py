@@ -17,14 +17,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from gitxet.errors import ConfigError, NotFoundError, StorageError
-from gitxet.store.atomic import atomic_write, fsync_dir
+from gitxet.util.atomic import atomic_create, atomic_write
 
 __all__ = ["Backend", "LocalBackend", "S3Backend", "open_backend"]
 
@@ -154,30 +153,10 @@ class LocalBackend(Backend):
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
         path = self._path(key)
         try:
-            if not if_absent:
-                atomic_write(path, data, durable=self.durable)
-                return True
-            # Create-if-absent: write a temp file, then hard-link it into place; link()
-            # fails if the name exists, so exactly one writer wins.
-            directory = os.path.dirname(path)
-            os.makedirs(directory, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    if self.durable:
-                        os.fsync(f.fileno())
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    return False
-                if self.durable:
-                    fsync_dir(directory)
-                return True
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
+            if if_absent:  # exactly one of concurrent writers wins
+                return atomic_create(path, data, durable=self.durable)
+            atomic_write(path, data, durable=self.durable)
+            return True
         except OSError as e:
             raise StorageError(key, e.strerror or str(e)) from None
 

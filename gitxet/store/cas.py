@@ -40,8 +40,8 @@ from gitxet.errors import (
 from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, merkle_root, to_hex
-from gitxet.store.atomic import atomic_write, atomic_writer
 from gitxet.store.locking import file_lock
+from gitxet.util.atomic import atomic_write, atomic_writer
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY);

@@ -107,7 +107,7 @@ def write() -> list[str]:
         path = HERE / name
         old = path.read_text(encoding="utf-8") if path.exists() else None
         if old != text:
-            from gitxet.store.atomic import atomic_write
+            from gitxet.util.atomic import atomic_write
 
             atomic_write(str(path), text.encode("utf-8"))
             changed.append(name)

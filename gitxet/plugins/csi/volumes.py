@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from gitxet.errors import FormatError, GitxetError
 from gitxet.formats.record import parse_record
-from gitxet.store.atomic import atomic_write
+from gitxet.util.atomic import atomic_write
 
 # Volume context keys (the CSI ``volume_context`` map) and what they become in a MountSpec.
 ATTR_REPO = "repo"

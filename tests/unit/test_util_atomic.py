@@ -1,0 +1,73 @@
+"""gitxet.util.atomic: the one atomic writer (replace, keep mode, create-if-absent)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from gitxet.util.atomic import atomic_create, atomic_write, atomic_writer
+
+
+def debris(directory: Path) -> list[str]:
+    return sorted(n for n in os.listdir(directory) if n.startswith(".tmp-"))
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_write_replaces_whole_and_sets_mode(tmp_path: Path, durable: bool) -> None:
+    path = tmp_path / "sub" / "f"  # the directory is created
+    atomic_write(path, b"one", mode=0o600, durable=durable)
+    assert path.read_bytes() == b"one" and path.stat().st_mode & 0o777 == 0o600
+    atomic_write(str(path), b"two", durable=durable)
+    assert path.read_bytes() == b"two" and path.stat().st_mode & 0o777 == 0o644
+    assert debris(path.parent) == []
+
+
+def test_keep_mode_keeps_an_existing_files_bits(tmp_path: Path) -> None:
+    path = tmp_path / "hook"
+    atomic_write(path, b"new", mode=0o640, keep_mode=True)  # no file yet: mode applies
+    assert path.stat().st_mode & 0o777 == 0o640
+    path.chmod(0o755)
+    atomic_write(path, b"newer", keep_mode=True)
+    assert path.read_bytes() == b"newer" and path.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_debris(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"old")
+    with pytest.raises(RuntimeError), atomic_writer(path) as f:
+        f.write(b"half of the new")
+        raise RuntimeError("killed midway")
+    assert path.read_bytes() == b"old" and debris(tmp_path) == []
+
+
+def test_tmp_dir_holds_the_temp_file_while_writing(tmp_path: Path) -> None:
+    tmp_dir, out = tmp_path / "tmp", tmp_path / "out"
+    tmp_dir.mkdir()
+    with atomic_writer(out / "f", tmp_dir=tmp_dir) as f:
+        f.write(b"x")
+        assert len(debris(tmp_dir)) == 1 and not (out / "f").exists()
+    assert (out / "f").read_bytes() == b"x" and debris(tmp_dir) == [] and debris(out) == []
+
+
+def test_create_if_absent_has_exactly_one_winner(tmp_path: Path) -> None:
+    path = tmp_path / "obj"
+    wins: list[bytes] = []
+    start = threading.Barrier(8)
+
+    def writer(i: int) -> None:
+        data = bytes([i]) * 4096
+        start.wait()
+        if atomic_create(path, data):
+            wins.append(data)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(wins) == 1 and path.read_bytes() == wins[0]
+    assert atomic_create(path, b"late") is False and path.read_bytes() == wins[0]
+    assert debris(tmp_path) == []
