@@ -16,6 +16,7 @@ Errors carry data fields; user-facing wording lives in ``gitxet.cli``.
     │   └── AuthError               401/403
     ├── GitError                    the git binary failed or the repo is unusable
     └── ConfigError                 bad user configuration
+        └── StateBusyError          a state dir or socket another live process owns
 """
 
 from __future__ import annotations
@@ -250,3 +251,12 @@ class RepoUnavailableError(MountError):
 
     def __init__(self, mountpoint: str, reason: str) -> None:
         super().__init__(mountpoint, reason)
+
+
+class StateBusyError(ConfigError):
+    """Another live process holds a state-dir lock or serves a socket at ``path``."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason

@@ -58,8 +58,9 @@ def csi_cmd(
     import gitxet
     from gitxet.plugins.csi.identity import IdentityServicer
     from gitxet.plugins.csi.node import NodeConfig, NodeService, NodeServicer
-    from gitxet.plugins.csi.server import CsiServer, lock_state_dir
+    from gitxet.plugins.csi.server import CsiServer
     from gitxet.plugins.mounter import TOKEN_ENV, SubprocessMounter
+    from gitxet.util.statelock import lock_state_dir
 
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
@@ -69,7 +70,7 @@ def csi_cmd(
     )
     log = logging.getLogger("gitxet.plugins.csi")
     state = os.path.abspath(state_dir)
-    lock_fd = lock_state_dir(state)
+    lock_fd = lock_state_dir(state, lock_name="csi.lock", owner="CSI plugin")
     # Mount daemons inherit PATH/HOME but never a token of ours: each volume's token goes
     # to its own daemon only.
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}

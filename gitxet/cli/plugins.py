@@ -50,8 +50,9 @@ def docker_plugin_cmd(
     """
     import logging
 
-    from gitxet.plugins.docker_volume import PluginServer, VolumeDriver, lock_state_dir
+    from gitxet.plugins.docker_volume import PluginServer, VolumeDriver
     from gitxet.plugins.mounter import TOKEN_ENV, SubprocessMounter
+    from gitxet.util.statelock import lock_state_dir
 
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.INFO),
@@ -60,7 +61,7 @@ def docker_plugin_cmd(
     )
     log = logging.getLogger("gitxet.plugins.docker")
     state = os.path.abspath(state_dir)
-    lock_fd = lock_state_dir(state)
+    lock_fd = lock_state_dir(state, owner="plugin")
     # The daemons get this environment (PATH, HOME for git) but never a token of ours: each
     # volume's token is handed to its own daemon only.
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}

@@ -22,13 +22,11 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime
-import fcntl
 import http.server
 import json
 import logging
 import os
 import re
-import socket
 import socketserver
 import threading
 import time
@@ -40,6 +38,7 @@ from gitxet.errors import FormatError, GitxetError, MountError, MountSpecError
 from gitxet.mount.runner import normalize_mountpoint
 from gitxet.plugins.mounter import Mounter, MountSpec, resolve_local, validate_spec
 from gitxet.util.atomic import atomic_write
+from gitxet.util.statelock import clear_stale_socket
 
 log = logging.getLogger("gitxet.plugins.docker")
 
@@ -598,7 +597,7 @@ class PluginServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     def __init__(self, socket_path: str, driver: VolumeDriver) -> None:
         self.driver = driver
         self.socket_path = socket_path
-        _clear_stale_socket(socket_path)
+        clear_stale_socket(socket_path)
         os.makedirs(os.path.dirname(socket_path) or ".", exist_ok=True)
         super().__init__(socket_path, _Handler)
         os.chmod(socket_path, 0o660)
@@ -607,35 +606,3 @@ class PluginServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         super().server_close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
-
-
-def lock_state_dir(state_dir: str) -> int:
-    """Take an exclusive lock on ``state_dir`` for this process's lifetime; returns the fd.
-
-    Two plugins sharing a volume table would each count references and unmount volumes the
-    other still serves, so a second one is refused.
-    """
-    os.makedirs(state_dir, mode=0o700, exist_ok=True)
-    fd = os.open(os.path.join(state_dir, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise VolumeError(f"{state_dir}: another plugin process uses this state dir") from None
-    return fd
-
-
-def _clear_stale_socket(path: str) -> None:
-    """Remove a socket file left by a dead plugin; refuse if a live one still answers."""
-    if not os.path.exists(path):
-        return
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(2.0)
-    try:
-        probe.connect(path)
-    except OSError:
-        os.unlink(path)  # nobody listens: a leftover of a killed plugin
-        return
-    finally:
-        probe.close()
-    raise VolumeError(f"{path}: another plugin is already listening there")

@@ -17,8 +17,9 @@ from gitxet.errors import ConfigError, FormatError
 from gitxet.plugins.csi import csi_pb2, csi_pb2_grpc
 from gitxet.plugins.csi.identity import IdentityServicer
 from gitxet.plugins.csi.node import NodeConfig, NodeService, NodeServicer
-from gitxet.plugins.csi.server import CsiServer, lock_state_dir, parse_endpoint
+from gitxet.plugins.csi.server import CsiServer, parse_endpoint
 from gitxet.plugins.csi.volumes import VolumeRecord, VolumeRecords, safe_repo
+from gitxet.util.statelock import lock_state_dir
 from tests.helpers.fake_mounter import FakeMounter
 
 
@@ -90,10 +91,11 @@ def test_a_file_in_the_way_is_not_deleted(sock_dir: str, tmp_path: Path) -> None
 
 
 def test_state_dir_lock_is_exclusive(tmp_path: Path) -> None:
-    fd = lock_state_dir(str(tmp_path / "state"))
+    fd = lock_state_dir(str(tmp_path / "state"), lock_name="csi.lock", owner="CSI plugin")
+    assert (tmp_path / "state" / "csi.lock").exists()
     try:
         with pytest.raises(ConfigError, match="another CSI plugin"):
-            lock_state_dir(str(tmp_path / "state"))
+            lock_state_dir(str(tmp_path / "state"), lock_name="csi.lock", owner="CSI plugin")
     finally:
         os.close(fd)
     os.close(lock_state_dir(str(tmp_path / "state")))  # free again once released

@@ -15,14 +15,10 @@ from typing import Any
 
 import pytest
 
-from gitxet.errors import FormatError, MountError
-from gitxet.plugins.docker_volume import (
-    PluginServer,
-    VolumeDriver,
-    VolumeError,
-    lock_state_dir,
-)
+from gitxet.errors import FormatError, MountError, StateBusyError
+from gitxet.plugins.docker_volume import PluginServer, VolumeDriver
 from gitxet.plugins.mounter import MountInfo, MountSpec
+from gitxet.util.statelock import lock_state_dir
 from tests.helpers.fake_mounter import FakeMounter
 
 SHA1, SHA2 = "1" * 40, "2" * 40
@@ -457,17 +453,17 @@ def test_corrupt_table_is_a_format_error(tmp_path: Path) -> None:
 
 def test_one_plugin_per_state_dir_and_socket(tmp_path: Path) -> None:
     state = str(tmp_path / "state")
-    fd = lock_state_dir(state)
+    fd = lock_state_dir(state, owner="plugin")
     try:
-        with pytest.raises(VolumeError, match="another plugin"):
-            lock_state_dir(state)
+        with pytest.raises(StateBusyError, match="another plugin process"):
+            lock_state_dir(state, owner="plugin")
     finally:
         os.close(fd)
     os.close(lock_state_dir(state))  # released with the process (here: the fd)
 
     p = Plugin(tmp_path / "state", FakeMounter(REPOS))
     try:
-        with pytest.raises(VolumeError, match="already listening"):
+        with pytest.raises(StateBusyError, match="another process is serving"):
             PluginServer(p.sock, p.driver)
     finally:
         p.stop()
@@ -478,6 +474,36 @@ def test_one_plugin_per_state_dir_and_socket(tmp_path: Path) -> None:
     left.close()
     server = PluginServer(p.sock, p.driver)
     server.server_close()
+
+
+def test_a_busy_live_plugins_socket_is_never_taken_over(tmp_path: Path) -> None:
+    """A listener whose accept backlog is full answers EAGAIN, not "refused": it is alive.
+
+    (The plugin used to treat any connect error as "dead" and unlink the live socket.)
+    """
+    sock = str(tmp_path / "busy.sock")
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    live.bind(sock)
+    live.listen(0)
+    waiting: list[socket.socket] = []
+    try:
+        while True:  # fill the backlog: the next connect cannot be queued
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.setblocking(False)
+            waiting.append(c)
+            try:
+                c.connect(sock)
+            except BlockingIOError:
+                break
+        ino = os.stat(sock).st_ino
+        driver = VolumeDriver(FakeMounter(REPOS), str(tmp_path / "state"), str(tmp_path / "v"))
+        with pytest.raises(StateBusyError, match="still serves this socket"):
+            PluginServer(sock, driver).server_close()
+        assert os.stat(sock).st_ino == ino  # the live plugin's socket is still there
+    finally:
+        for c in waiting:
+            c.close()
+        live.close()
 
 
 # ---- packaging -----------------------------------------------------------------------------

@@ -9,12 +9,8 @@ socket that still answers belongs to a running plugin and is never taken over.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import logging
 import os
-import socket
-import stat
 from concurrent import futures
 
 import grpc
@@ -23,6 +19,7 @@ from gitxet.errors import ConfigError
 from gitxet.plugins.csi import csi_pb2_grpc
 from gitxet.plugins.csi.identity import IdentityServicer
 from gitxet.plugins.csi.node import NodeServicer
+from gitxet.util.statelock import clear_stale_socket
 
 log = logging.getLogger("gitxet.plugins.csi")
 
@@ -47,46 +44,6 @@ def parse_endpoint(endpoint: str) -> str:
     if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
         raise ConfigError(f"CSI endpoint {endpoint!r}: longer than {_MAX_SOCKET_PATH} bytes")
     return os.path.normpath(path)
-
-
-def lock_state_dir(state_dir: str) -> int:
-    """Lock ``state_dir`` for this process's lifetime (returns the fd to keep open).
-
-    Two plugins sharing records would each unpublish volumes the other one serves.
-
-    Raises:
-        ConfigError: another process holds the lock.
-    """
-    os.makedirs(state_dir, mode=0o700, exist_ok=True)
-    fd = os.open(os.path.join(state_dir, "csi.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise ConfigError(f"{state_dir}: another CSI plugin process uses this state dir") from None
-    return fd
-
-
-def _clear_stale_socket(path: str) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise ConfigError(f"{path} exists and is not a socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(2.0)
-    try:
-        probe.connect(path)
-    except OSError as exc:
-        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
-            raise ConfigError(f"{path}: cannot check the old socket: {exc}") from None
-    else:
-        raise ConfigError(f"{path}: another process is serving on this socket")
-    finally:
-        probe.close()
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
 
 
 class CsiServer:
@@ -116,7 +73,7 @@ class CsiServer:
         if self._server is not None:
             raise RuntimeError("the CSI server is already started")
         os.makedirs(os.path.dirname(self.socket_path), exist_ok=True)
-        _clear_stale_socket(self.socket_path)
+        clear_stale_socket(self.socket_path)
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="csi"),
             # One connection's calls must not starve the others; CSI calls are few and small.
