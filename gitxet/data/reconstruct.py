@@ -18,8 +18,6 @@ so wrong bytes are never returned: corruption raises :class:`IntegrityError`.
 from __future__ import annotations
 
 import bisect
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
@@ -27,6 +25,7 @@ from typing import BinaryIO, Protocol
 from gitxet.errors import FileNotFoundInCASError, IntegrityError
 from gitxet.formats.shard import FileInfo, FileTerm
 from gitxet.hashing import ZERO_HASH, file_hash, to_hex, verification_hash
+from gitxet.util.lru import LRUCache
 
 
 class Layout(Protocol):
@@ -64,34 +63,21 @@ class ChunkCache:
 
     def __init__(self, max_bytes: int = 64 << 20) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[bytes, int], bytes] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = 0
+        self._lru: LRUCache[tuple[bytes, int], bytes] = LRUCache(max(max_bytes, 1), weigher=len)
+        self.hits = 0  # approximate under concurrency: statistics only
         self.misses = 0
 
     def get(self, key: tuple[bytes, int]) -> bytes | None:
-        with self._lock:
-            v = self._items.get(key)
-            if v is None:
-                self.misses += 1
-                return None
-            self._items.move_to_end(key)
+        v = self._lru.get(key)
+        if v is None:
+            self.misses += 1
+        else:
             self.hits += 1
-            return v
+        return v
 
     def put(self, key: tuple[bytes, int], value: bytes) -> None:
-        if len(value) > self.max_bytes:
-            return
-        with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self._bytes -= len(old)
-            self._items[key] = value
-            self._bytes += len(value)
-            while self._bytes > self.max_bytes:
-                _, v = self._items.popitem(last=False)
-                self._bytes -= len(v)
+        if len(value) <= self.max_bytes:
+            self._lru.put(key, value)
 
 
 @dataclass(frozen=True, slots=True)

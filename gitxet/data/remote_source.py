@@ -37,11 +37,15 @@ from gitxet.hashing import chunk_hash, from_hex, is_hex, merkle_root, to_hex
 from gitxet.remote import protocol as p
 from gitxet.remote.client import CASClient
 from gitxet.util.atomic import atomic_write
+from gitxet.util.lru import LRUCache
+
 
 # Fetch URLs are signed and expire; re-ask for them well before a typical expiry.
 URL_TTL = 300.0
 # Decoded bytes fetched past the chunk a read needs (one request instead of many).
 READ_AHEAD = 4 << 20
+#: xorbs whose fetch URLs, locations and fetch locks are remembered (an LRU each)
+_MAX_XORB_ENTRIES = 16384
 
 
 class CacheMissError(GitxetError):
@@ -193,9 +197,12 @@ class RemoteChunkSource:
         self._files: dict[bytes, shardfmt.FileInfo] = {}
         self._layouts: dict[bytes, RemoteLayout] = {}
         self._xorb_file: dict[bytes, bytes] = {}  # a file whose reconstruction names the xorb
-        self._urls: dict[bytes, tuple[float, list[tuple[int, int, str, int, int]]]] = {}
-        self._fetch_locks: dict[bytes, threading.Lock] = {}
-        self._locations: dict[bytes, tuple[float, p.XorbLocation]] = {}
+        # per xorb, bounded: each is fetched again when it is needed after an eviction
+        self._urls: LRUCache[bytes, tuple[float, list[tuple[int, int, str, int, int]]]] = LRUCache(
+            _MAX_XORB_ENTRIES
+        )
+        self._fetch_locks: LRUCache[bytes, threading.Lock] = LRUCache(_MAX_XORB_ENTRIES)
+        self._locations: LRUCache[bytes, tuple[float, p.XorbLocation]] = LRUCache(_MAX_XORB_ENTRIES)
         self._no_locations = False
 
     # ---- descriptions ------------------------------------------------------------------
@@ -298,7 +305,7 @@ class RemoteChunkSource:
             ]
         with self._lock:
             for x, entries in fresh.items():
-                self._urls[x] = (now, entries)
+                self._urls.put(x, (now, entries))
         return fresh.get(xorb_hash, [])
 
     def _location(self, xorb_hash: bytes, refresh: bool) -> p.XorbLocation | None:
@@ -316,7 +323,7 @@ class RemoteChunkSource:
             self._no_locations = True
             return None
         with self._lock:
-            self._locations[xorb_hash] = (time.monotonic(), loc)
+            self._locations.put(xorb_hash, (time.monotonic(), loc))
         return loc
 
     def _fetch(self, xorb_hash: bytes, lay: RemoteLayout, idx: int) -> dict[int, bytes]:

@@ -13,6 +13,7 @@ from gitxet.errors import XorbNotFoundError
 from gitxet.formats.shard import FileInfo
 from gitxet.hashing import to_hex
 from gitxet.store.cas import LocalCAS
+from gitxet.util.lru import LRUCache
 
 
 class LayeredSource:
@@ -22,7 +23,8 @@ class LayeredSource:
 
     def __init__(self, stores: Sequence[LocalCAS]) -> None:
         self.stores = list(stores)
-        self._where: dict[bytes, LocalCAS] = {}  # xorbs are immutable: found once, known
+        # xorbs are immutable: once found, known (bounded: looked up again after eviction)
+        self._where: LRUCache[bytes, LocalCAS] = LRUCache(1 << 16)
 
     def file_info(self, file_hash: bytes) -> FileInfo | None:
         for s in self.stores:
@@ -37,7 +39,7 @@ class LayeredSource:
             return store
         for s in self.stores:
             if s.has_xorb(xorb_hash):
-                self._where[xorb_hash] = s
+                self._where.put(xorb_hash, s)
                 return s
         raise XorbNotFoundError(to_hex(xorb_hash))
 

@@ -120,7 +120,7 @@ class XetFile(AbstractBufferedFile):  # type: ignore[misc]
             self._lease = None
             lease, attrs = self.fs.acquire_path(self._url)
             self._lease, self._ino = lease, attrs.ino
-        data: bytes = lease.fs.read(self._ino, start, end - start)
+        data: bytes = lease.value.fs.read(self._ino, start, end - start)
         return data
 
     def close(self) -> None:

@@ -167,10 +167,11 @@ class XetFileSystem(AbstractFileSystem):  # type: ignore[misc]
 
     def _attrs(self, lease: Lease, url: XetURL) -> Attrs:
         try:
-            return lease.fs.resolve_path(url.path.encode("utf-8", "surrogateescape"))
+            return lease.value.fs.resolve_path(url.path.encode("utf-8", "surrogateescape"))
         except (FileNotFoundError, NotADirectoryError):
+            commit = lease.value.key[1][:12]
             raise FileNotFoundError(
-                errno.ENOENT, f"xet: no {url.path or '/'!r} at {url.rev} ({lease.key[1][:12]})"
+                errno.ENOENT, f"xet: no {url.path or '/'!r} at {url.rev} ({commit})"
             ) from None
 
     def _entry(self, lease: Lease, url: XetURL, path: str, attrs: Attrs) -> dict[str, Any]:
@@ -180,12 +181,13 @@ class XetFileSystem(AbstractFileSystem):  # type: ignore[misc]
             "size": 0 if attrs.kind is NodeKind.DIR else attrs.size,
             "type": kind,
             "mode": stat.S_IMODE(attrs.mode),
-            "mtime": lease.mtime,
-            "commit": lease.key[1],
+            "mtime": lease.value.mtime,
+            "commit": lease.value.key[1],
         }
         if attrs.kind is NodeKind.SYMLINK:
             out["islink"] = True
-            out["destination"] = lease.fs.readlink(attrs.ino).decode("utf-8", "surrogateescape")
+            target = lease.value.fs.readlink(attrs.ino)
+            out["destination"] = target.decode("utf-8", "surrogateescape")
         return out
 
     # ---- listing -------------------------------------------------------------------------
@@ -201,7 +203,7 @@ class XetFileSystem(AbstractFileSystem):  # type: ignore[misc]
                 base = url.path + "/" if url.path else ""
                 entries = [
                     self._entry(lease, url, base + name.decode("utf-8", "surrogateescape"), a)
-                    for name, a in lease.fs.readdir(attrs.ino)
+                    for name, a in lease.value.fs.readdir(attrs.ino)
                 ]
         finally:
             self.release_lease(lease)
@@ -276,7 +278,7 @@ class XetFileSystem(AbstractFileSystem):  # type: ignore[misc]
             if attrs.kind is NodeKind.DIR:
                 raise IsADirectoryError(errno.EISDIR, f"xet: {url.name()} is a directory")
             s, e = _span(start, end, attrs.size)
-            data: bytes = lease.fs.read(attrs.ino, s, e - s) if e > s else b""
+            data: bytes = lease.value.fs.read(attrs.ino, s, e - s) if e > s else b""
             return data
         finally:
             self.release_lease(lease)
@@ -337,7 +339,7 @@ class XetFileSystem(AbstractFileSystem):  # type: ignore[misc]
             def run(read: tuple[Lease, int, int, int, list[tuple[int, int, int]]]) -> None:
                 lease, ino, lo, hi, group = read
                 try:
-                    data = lease.fs.read(ino, lo, hi - lo) if hi > lo else b""
+                    data = lease.value.fs.read(ino, lo, hi - lo) if hi > lo else b""
                 except Exception as exc:
                     if on_error != "return":
                         raise

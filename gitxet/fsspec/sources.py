@@ -17,7 +17,6 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +25,8 @@ from gitxet.data.reconstruct import ChunkCache, ChunkSource, Layout
 from gitxet.errors import GitError, NotFoundError
 from gitxet.formats.shard import FileInfo
 from gitxet.repo import DatasetSource, HttpAccess, open_dataset
+from gitxet.util.lru import Lease as _Lease
+from gitxet.util.lru import LeaseCache
 from gitxet.vfs.model import CommitFS
 
 DEFAULT_MAX_COMMITS = 8
@@ -80,17 +81,20 @@ class CountingSource:
         return chunks
 
 
-class Lease:
-    """A commit's filesystem in use; :meth:`CommitPool.release` it when done."""
+@dataclass(frozen=True, slots=True)
+class OpenCommit:
+    """A commit's filesystem, opened by a :class:`CommitPool`."""
 
-    __slots__ = ("_retired", "_users", "fs", "key", "mtime")
+    key: tuple[str, str]  # (git dir, commit id)
+    fs: CommitFS
+    mtime: float
 
-    def __init__(self, key: tuple[str, str], fs: CommitFS) -> None:
-        self.key = key
-        self.fs = fs
-        self.mtime = fs.mtime_ns / 1e9
-        self._users = 0
-        self._retired = False
+    def close(self) -> None:
+        self.fs.close()
+
+
+#: a commit in use (``lease.value``); :meth:`CommitPool.release` it when done
+Lease = _Lease[OpenCommit]
 
 
 def repo_key(repo: str) -> str:
@@ -124,7 +128,10 @@ class CommitPool:
         self._cache = ChunkCache(self.cache_bytes)
         self._datasets: dict[str, tuple[DatasetSource, CountingSource]] = {}
         self._revs: dict[tuple[str, str], str] = {}
-        self._commits: OrderedDict[tuple[str, str], Lease] = OrderedDict()
+        # evicted commits are closed by their last user (an open file holds its lease)
+        self._commits: LeaseCache[tuple[str, str], OpenCommit] = LeaseCache(
+            self.max_commits, OpenCommit.close
+        )
 
     def _check_fork(self) -> None:
         # A forked child (a DataLoader worker) must not share the parent's sqlite connections
@@ -189,11 +196,11 @@ class CommitPool:
         sha = self.resolve(repo, rev)
         ds, source = self._dataset(repo)
         key = (ds.git_dir, sha)
-        lease = self._take(key)
+        lease = self._commits.get(key)
         if lease is not None:
             return lease
         with self._open_lock:
-            lease = self._take(key)
+            lease = self._commits.get(key)
             if lease is not None:
                 return lease
             try:
@@ -202,35 +209,15 @@ class CommitPool:
                 raise FileNotFoundError(
                     errno.ENOENT, f"xet: cannot open commit {sha} of {repo}: {exc}"
                 ) from exc
-            lease = Lease(key, fs)
-            lease._users = 1
-            with self._lock:
-                self._commits[key] = lease
-                evicted: list[Lease] = []
-                while len(self._commits) > self.max_commits:
-                    evicted.append(self._commits.popitem(last=False)[1])
-                for old in evicted:
-                    old._retired = True
-                idle = [old for old in evicted if old._users == 0]
-        for old in idle:
-            old.fs.close()
-        return lease
-
-    def _take(self, key: tuple[str, str]) -> Lease | None:
-        with self._lock:
-            lease = self._commits.get(key)
-            if lease is not None:
-                self._commits.move_to_end(key)
-                lease._users += 1
-            return lease
+            return self._commits.add(key, OpenCommit(key, fs, fs.mtime_ns / 1e9))
 
     def release(self, lease: Lease) -> None:
         """Done with a lease; a commit evicted meanwhile is closed by its last user."""
-        with self._lock:
-            lease._users -= 1
-            close = lease._retired and lease._users == 0
-        if close:
-            lease.fs.close()
+        lease.release()
+
+    def open_commits(self) -> list[tuple[str, str]]:
+        """Keys (git dir, commit) of the commits cached now, least recently used first."""
+        return self._commits.keys()
 
     @contextmanager
     def lease(self, repo: str, rev: str) -> Iterator[Lease]:
@@ -244,11 +231,5 @@ class CommitPool:
         """Close every commit not in use now (those in use close when released) and start a
         new, empty chunk cache."""
         with self._lock:
-            leases = list(self._commits.values())
-            self._commits.clear()
             self._cache = ChunkCache(self.cache_bytes)
-            for lease in leases:
-                lease._retired = True
-            idle = [lease for lease in leases if lease._users == 0]
-        for lease in idle:
-            lease.fs.close()
+        self._commits.clear()

@@ -24,9 +24,7 @@ from __future__ import annotations
 import mmap
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Generic, TypeVar
 
 from gitxet.errors import FormatError, IntegrityError, XorbNotFoundError
 from gitxet.formats import shard as shardfmt
@@ -34,6 +32,7 @@ from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import from_hex, is_hex, last_word, to_hex
 from gitxet.server.backends import Backend, ObjectMissingError
 from gitxet.store.cas import XorbLayout
+from gitxet.util.lru import LRUCache
 
 __all__ = ["CasIndex", "shard_key", "xorb_key"]
 
@@ -66,28 +65,6 @@ def _eligible(h: bytes) -> bool:
     return last_word(h) % 1024 == 0
 
 
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class _LRU(Generic[K, V]):
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.items: OrderedDict[K, V] = OrderedDict()
-
-    def get(self, k: K) -> V | None:
-        v = self.items.get(k)
-        if v is not None:
-            self.items.move_to_end(k)
-        return v
-
-    def put(self, k: K, v: V) -> None:
-        self.items[k] = v
-        self.items.move_to_end(k)
-        while len(self.items) > self.limit:
-            self.items.popitem(last=False)
-
-
 class CasIndex:
     """File, dedup and layout lookups over a :class:`Backend`. Thread-safe."""
 
@@ -102,8 +79,8 @@ class CasIndex:
         self._chunks: dict[bytes, bytes] = {}
         self._shards: set[str] = set()
         self._xorbs: set[bytes] = set()
-        self._layouts: _LRU[bytes, XorbLayout] = _LRU(8192)
-        self._shard_cache: _LRU[str, shardfmt.Shard] = _LRU(cache_shards)
+        self._layouts: LRUCache[bytes, XorbLayout] = LRUCache(8192)
+        self._shard_cache: LRUCache[str, shardfmt.Shard] = LRUCache(cache_shards)
         self._last_refresh = float("-inf")
         self._log_mark: str | None = None  # newest marker seen; None: no full listing yet
 

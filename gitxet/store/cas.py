@@ -15,6 +15,11 @@ xorb's name, and every chunk read must hash to the footer's entry. A chunk store
 uncompressed is hashed the first time it is read through an open descriptor; later reads of
 parts of it through that descriptor are plain ``pread`` calls (xorb files are immutable and
 never rewritten in place; a reopened descriptor starts unverified again).
+
+Open xorb descriptors live in a bounded :class:`~gitxet.util.lru.LeaseCache`: every read
+holds a lease on the descriptor it reads through, and a descriptor is closed only once it
+is evicted *and* no read holds it, so a descriptor number is never reused under a reader,
+and the number open is bounded by :data:`MAX_OPEN_XORBS` plus the concurrent readers.
 """
 
 from __future__ import annotations
@@ -25,8 +30,6 @@ import mmap
 import os
 import sqlite3
 import threading
-import time
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -42,6 +45,13 @@ from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, merkle_root, to_hex
 from gitxet.store.locking import file_lock
 from gitxet.util.atomic import atomic_write, atomic_writer
+
+#: open xorb descriptors kept per store (plus those that concurrent reads still hold)
+MAX_OPEN_XORBS = 64
+#: verified xorb layouts kept per store
+MAX_LAYOUTS = 4096
+#: parsed shards kept per store
+MAX_SHARDS = 64
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY);
@@ -92,6 +102,21 @@ class XorbLayout:
         return self.data_offsets[-1]
 
 
+class _XorbFile:
+    """An open xorb and which of its chunks were verified through this descriptor."""
+
+    __slots__ = ("fd", "raw_ok")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        # chunk index -> 1 once that chunk, stored uncompressed, was verified through fd
+        self.raw_ok: bytearray | None = None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
 @dataclass(frozen=True, slots=True)
 class StoreStats:
     """Counts and on-disk bytes of a store."""
@@ -111,15 +136,11 @@ class LocalCAS:
     def __init__(self, root: str, *, durable: bool = True) -> None:
         self.root = os.path.abspath(root)
         self.durable = durable
-        self._layouts: OrderedDict[bytes, XorbLayout] = OrderedDict()
-        self._shard_cache: OrderedDict[str, shardfmt.Shard] = OrderedDict()
+        self._layouts: LRUCache[bytes, XorbLayout] = LRUCache(MAX_LAYOUTS)
+        self._shard_cache: LRUCache[str, shardfmt.Shard] = LRUCache(MAX_SHARDS)
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._fds: OrderedDict[bytes, int] = OrderedDict()
-        self._retired: list[tuple[float, int]] = []
-        # per xorb with an open descriptor: chunk index -> 1 when that chunk is stored
-        # uncompressed and has been verified through the descriptor
-        self._raw_ok: dict[bytes, bytearray] = {}
+        self._files: LeaseCache[bytes, _XorbFile] = LeaseCache(MAX_OPEN_XORBS, _XorbFile.close)
         try:
             for d in ("xorbs", "shards", "tmp", "locks"):
                 os.makedirs(os.path.join(self.root, d), exist_ok=True)
@@ -155,15 +176,9 @@ class LocalCAS:
         return conn
 
     def close(self) -> None:
-        """Close open xorb files and this thread's index connection."""
-        with self._lock:
-            fds = [*self._fds.values(), *(fd for _, fd in self._retired)]
-            self._fds.clear()
-            self._retired.clear()
-            self._raw_ok.clear()
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        """Close open xorb files (those being read, once read) and this thread's index
+        connection. The store stays usable."""
+        self._files.clear()
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -256,11 +271,9 @@ class LocalCAS:
 
     def layout(self, xorb_hash: bytes) -> XorbLayout:
         """Chunk layout of a stored xorb, read from its footer and verified against its hash."""
-        with self._lock:
-            cached = self._layouts.get(xorb_hash)
-            if cached is not None:
-                self._layouts.move_to_end(xorb_hash)
-                return cached
+        cached = self._layouts.get(xorb_hash)
+        if cached is not None:
+            return cached
         path = self.xorb_path(xorb_hash)
         hx = to_hex(xorb_hash)
         try:
@@ -284,81 +297,70 @@ class LocalCAS:
         if footer is None:
             raise IntegrityError("xorb", hx, "stored without its chunk index footer")
         lay = XorbLayout.from_footer(xorb_hash, footer)
-        with self._lock:
-            self._layouts[xorb_hash] = lay
-            if len(self._layouts) > 4096:
-                self._layouts.popitem(last=False)
+        self._layouts.put(xorb_hash, lay)
         return lay
 
-    def _fd(self, xorb_hash: bytes) -> int:
-        """A read-only descriptor of a stored xorb, from a small LRU of open files."""
-        with self._lock:
-            fd = self._fds.get(xorb_hash)
-            if fd is not None:
-                self._fds.move_to_end(xorb_hash)
-                return fd
-        try:
-            fd = os.open(self.xorb_path(xorb_hash), os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise XorbNotFoundError(to_hex(xorb_hash)) from None
-        with self._lock:
-            old = self._fds.get(xorb_hash)
-            if old is not None:  # another thread opened it meanwhile
-                os.close(fd)
-                return old
-            self._fds[xorb_hash] = fd
-            self._raw_ok.pop(xorb_hash, None)  # a new descriptor: nothing verified through it
-            now = time.monotonic()
-            while len(self._fds) > 256:
-                # Closing right away could race a pread another thread is doing with it
-                # (and the number could be reused): retire it, close it a while later.
-                gone, victim = self._fds.popitem(last=False)
-                self._raw_ok.pop(gone, None)
-                self._retired.append((now, victim))
-            while self._retired and now - self._retired[0][0] > 30:
-                os.close(self._retired.pop(0)[1])
-            return fd
+    def _open_xorb(self, xorb_hash: bytes) -> Lease[_XorbFile]:
+        """A lease on an open descriptor of a stored xorb (release it when done)."""
+
+        def open_() -> _XorbFile:
+            try:
+                return _XorbFile(os.open(self.xorb_path(xorb_hash), os.O_RDONLY | os.O_CLOEXEC))
+            except FileNotFoundError:
+                raise XorbNotFoundError(to_hex(xorb_hash)) from None
+
+        return self._files.acquire(xorb_hash, open_)
+
+    @staticmethod
+    def _pread(xf: _XorbFile, xorb_hash: bytes, size: int, offset: int) -> bytes:
+        data = os.pread(xf.fd, size, offset)
+        if len(data) != size:
+            raise IntegrityError("xorb", to_hex(xorb_hash), "truncated on disk")
+        return data
 
     def read_raw_range(self, xorb_hash: bytes, start: int, end: int) -> bytes:
         """Serialized bytes (headers included) of chunks ``[start, end)``, unverified."""
         lay = self.layout(xorb_hash)
+        with self._open_xorb(xorb_hash) as xf:
+            return self._read_raw(xf, lay, start, end)
+
+    def _read_raw(self, xf: _XorbFile, lay: XorbLayout, start: int, end: int) -> bytes:
         if not 0 <= start < end <= lay.num_chunks:
             raise IndexError(
                 f"chunk range [{start}, {end}) outside xorb of {lay.num_chunks} chunks"
             )
         a, b = lay.byte_offsets[start], lay.byte_offsets[end]
-        data = os.pread(self._fd(xorb_hash), b - a, a)
-        if len(data) != b - a:
-            raise IntegrityError("xorb", to_hex(xorb_hash), "truncated on disk")
-        return data
+        return self._pread(xf, lay.xorb_hash, b - a, a)
 
     def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
         """Decoded chunks ``[start, end)``, each verified against its hash."""
-        raw = self.read_raw_range(xorb_hash, start, end)
         lay = self.layout(xorb_hash)
         hx = to_hex(xorb_hash)
-        try:
-            chunks = xorbfmt.decode_chunks(raw, expected_count=end - start)
-        except FormatError as e:
-            raise IntegrityError(
-                "xorb", hx, f"chunks {start}..{end} unreadable ({e.reason})"
-            ) from None
-        for i, c in enumerate(chunks):
-            if chunk_hash(c) != lay.chunk_hashes[start + i]:
-                raise IntegrityError("xorb", hx, f"chunk {start + i} does not match its hash")
-        self._note_verified(lay, raw, start, end)
+        with self._open_xorb(xorb_hash) as xf:
+            raw = self._read_raw(xf, lay, start, end)
+            try:
+                chunks = xorbfmt.decode_chunks(raw, expected_count=end - start)
+            except FormatError as e:
+                raise IntegrityError(
+                    "xorb", hx, f"chunks {start}..{end} unreadable ({e.reason})"
+                ) from None
+            for i, c in enumerate(chunks):
+                if chunk_hash(c) != lay.chunk_hashes[start + i]:
+                    raise IntegrityError("xorb", hx, f"chunk {start + i} does not match its hash")
+            self._note_verified(xf, lay, raw, start, end)
         return chunks
 
-    def _note_verified(self, lay: XorbLayout, raw: bytes, start: int, end: int) -> None:
-        """Remember which of the verified chunks ``[start, end)`` are stored uncompressed."""
+    def _note_verified(
+        self, xf: _XorbFile, lay: XorbLayout, raw: bytes, start: int, end: int
+    ) -> None:
+        """Remember which of the verified chunks ``[start, end)`` (read through ``xf``) are
+        stored uncompressed."""
         offs = lay.byte_offsets
         base = offs[start]
         with self._lock:
-            if lay.xorb_hash not in self._fds:
-                return  # read through a descriptor already retired: nothing to remember
-            marks = self._raw_ok.get(lay.xorb_hash)
+            marks = xf.raw_ok
             if marks is None:
-                marks = self._raw_ok[lay.xorb_hash] = bytearray(lay.num_chunks)
+                marks = xf.raw_ok = bytearray(lay.num_chunks)
             for i in range(start, end):
                 if raw[offs[i] - base + xorbfmt.CHUNK_SCHEME_OFFSET] == xorbfmt.Scheme.NONE:
                     marks[i] = 1
@@ -370,18 +372,18 @@ class LocalCAS:
         descriptor; for any other chunk this returns ``None`` and the caller decodes it with
         :meth:`read_chunks` (which verifies it, and makes later calls succeed).
         """
-        marks = self._raw_ok.get(xorb_hash)
-        if marks is None or not marks[index]:
+        lease = self._files.get(xorb_hash)
+        if lease is None:
             return None
-        lay = self.layout(xorb_hash)
-        if not 0 <= lo <= hi <= lay.data_offsets[index + 1] - lay.data_offsets[index]:
-            raise IndexError(f"range [{lo}, {hi}) outside chunk {index}")
-        data = os.pread(
-            self._fd(xorb_hash), hi - lo, lay.byte_offsets[index] + xorbfmt.CHUNK_HEADER_SIZE + lo
-        )
-        if len(data) != hi - lo:
-            raise IntegrityError("xorb", to_hex(xorb_hash), "truncated on disk")
-        return data
+        with lease as xf:
+            marks = xf.raw_ok
+            if marks is None or not marks[index]:
+                return None
+            lay = self.layout(xorb_hash)
+            if not 0 <= lo <= hi <= lay.data_offsets[index + 1] - lay.data_offsets[index]:
+                raise IndexError(f"range [{lo}, {hi}) outside chunk {index}")
+            at = lay.byte_offsets[index] + xorbfmt.CHUNK_HEADER_SIZE + lo
+            return self._pread(xf, xorb_hash, hi - lo, at)
 
     def read_verified_range(self, xorb_hash: bytes, lo: int, hi: int) -> bytes | None:
         """Decoded bytes ``[lo, hi)`` of a xorb's data with one ``pread``, or ``None``.
@@ -391,22 +393,24 @@ class LocalCAS:
         between them are cut out. Otherwise ``None``: the caller decodes the chunks with
         :meth:`read_chunks`, which verifies them.
         """
-        marks = self._raw_ok.get(xorb_hash)
-        if marks is None:
+        lease = self._files.get(xorb_hash)
+        if lease is None:
             return None
-        lay = self.layout(xorb_hash)
-        offs = lay.data_offsets
-        if not 0 <= lo < hi <= offs[-1]:
-            raise IndexError(f"range [{lo}, {hi}) outside a xorb of {offs[-1]} bytes")
-        c0 = bisect.bisect_right(offs, lo) - 1
-        c1 = bisect.bisect_left(offs, hi)
-        if marks.find(0, c0, c1) != -1:
-            return None
-        bo = lay.byte_offsets
-        base = bo[c0]
-        raw = os.pread(self._fd(xorb_hash), bo[c1] - base, base)
-        if len(raw) != bo[c1] - base:
-            raise IntegrityError("xorb", to_hex(xorb_hash), "truncated on disk")
+        with lease as xf:
+            marks = xf.raw_ok
+            if marks is None:
+                return None
+            lay = self.layout(xorb_hash)
+            offs = lay.data_offsets
+            if not 0 <= lo < hi <= offs[-1]:
+                raise IndexError(f"range [{lo}, {hi}) outside a xorb of {offs[-1]} bytes")
+            c0 = bisect.bisect_right(offs, lo) - 1
+            c1 = bisect.bisect_left(offs, hi)
+            if marks.find(0, c0, c1) != -1:
+                return None
+            bo = lay.byte_offsets
+            base = bo[c0]
+            raw = self._pread(xf, xorb_hash, bo[c1] - base, base)
         head = xorbfmt.CHUNK_HEADER_SIZE
         if c1 - c0 == 1:
             return raw[head + lo - offs[c0] : head + hi - offs[c0]]
@@ -463,16 +467,10 @@ class LocalCAS:
             return f.read()
 
     def _load_shard(self, name: str) -> shardfmt.Shard:
-        with self._lock:
-            s = self._shard_cache.get(name)
-            if s is not None:
-                self._shard_cache.move_to_end(name)
-                return s
-        s = shardfmt.parse_shard(self.shard_bytes(name))
-        with self._lock:
-            self._shard_cache[name] = s
-            if len(self._shard_cache) > 64:
-                self._shard_cache.popitem(last=False)
+        s = self._shard_cache.get(name)
+        if s is None:
+            s = shardfmt.parse_shard(self.shard_bytes(name))
+            self._shard_cache.put(name, s)
         return s
 
     def put_shard(self, data: bytes) -> str:

@@ -27,7 +27,6 @@ import os
 import stat
 import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from gitxet.git.objects import (
     parse_tree,
 )
 from gitxet.hashing import from_hex
+from gitxet.util.lru import Lease, LeaseCache, LRUCache
 from gitxet.vfs.nodes import Attrs, FSStats, NodeKind
 
 __all__ = ["ROOT_INO", "CommitFS"]
@@ -65,6 +65,7 @@ _INO_MASK = (1 << 63) - 1  # inode numbers are 63-bit: they stay positive as sig
 _INO_PERSON = b"gitxet.vfs.ino"  # blake2b personalisation: domain-separates the hash
 
 _MAX_SPOOLS = 8  # big plain blobs kept in temporary files
+_MAX_INFOS = 1 << 16  # blob sizes/pointers remembered (a node keeps its own attributes)
 
 T = TypeVar("T")
 
@@ -115,10 +116,10 @@ class _Flights:
 
 
 class _Spool:
-    """A big plain blob in an unlinked temporary file; closed once evicted and unused."""
+    """A big plain blob in an unlinked temporary file (a :class:`LeaseCache` closes it)."""
 
     def __init__(self, data: bytes) -> None:
-        # kept open past this call on purpose: retire()/release() close it
+        # kept open past this call on purpose: the spool cache closes it
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="gitxet-blob-")  # noqa: SIM115
         try:
             self._file.write(data)
@@ -126,87 +127,45 @@ class _Spool:
         except BaseException:
             self._file.close()
             raise
-        self._users = 0
-        self._retired = False
-        self._lock = threading.Lock()
-
-    def acquire(self) -> None:
-        with self._lock:
-            self._users += 1
 
     def pread(self, offset: int, size: int) -> bytes:
-        """Read while acquired (the caller releases)."""
+        """Read (while holding a lease on the spool)."""
         return os.pread(self._file.fileno(), size, offset)
 
-    def release(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._retired and self._users == 0:
-                self._file.close()
-
-    def retire(self) -> None:
-        with self._lock:
-            self._retired = True
-            if self._users == 0:
-                self._file.close()
+    def close(self) -> None:
+        self._file.close()
 
 
 class _BlobCache:
-    """Plain blob bytes: small ones in memory (byte-bounded LRU), big ones spooled to disk."""
+    """Plain blob bytes: small ones in memory (byte-bounded LRU), big ones spooled to disk
+    (at most :data:`_MAX_SPOOLS` files, each closed once evicted and no longer read)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.spool_over = max(max_bytes // 8, 1)
-        self._mem: OrderedDict[bytes, bytes] = OrderedDict()
-        self._mem_bytes = 0
-        self._spools: OrderedDict[bytes, _Spool] = OrderedDict()
-        self._lock = threading.Lock()
+        self._mem: LRUCache[bytes, bytes] = LRUCache(max_bytes, weigher=len)
+        self._spools: LeaseCache[bytes, _Spool] = LeaseCache(_MAX_SPOOLS, _Spool.close)
         self._closed = False
 
-    def get(self, sha: bytes) -> bytes | _Spool | None:
-        """Cached bytes, or an acquired spool (release it), or None."""
-        with self._lock:
-            data = self._mem.get(sha)
-            if data is not None:
-                self._mem.move_to_end(sha)
-                return data
-            spool = self._spools.get(sha)
-            if spool is not None:
-                self._spools.move_to_end(sha)
-                spool.acquire()
-            return spool
+    def get(self, sha: bytes) -> bytes | Lease[_Spool] | None:
+        """Cached bytes, or a lease on a spool (release it), or None."""
+        data = self._mem.get(sha)
+        if data is not None:
+            return data
+        return self._spools.get(sha)
 
     def put(self, sha: bytes, data: bytes) -> None:
-        if len(data) > self.spool_over:
-            if self._closed:
-                return
-            spool = _Spool(data)
-            with self._lock:
-                old = self._spools.pop(sha, None)
-                self._spools[sha] = spool
-                retired = [old] if old is not None else []
-                if len(self._spools) > _MAX_SPOOLS or self._closed:
-                    retired.append(self._spools.popitem(last=False)[1])
-            for s in retired:
-                s.retire()
+        if self._closed:
             return
-        with self._lock:
-            if sha in self._mem or self._closed:
-                return
-            self._mem[sha] = data
-            self._mem_bytes += len(data)
-            while self._mem_bytes > self.max_bytes:
-                self._mem_bytes -= len(self._mem.popitem(last=False)[1])
+        if len(data) > self.spool_over:
+            self._spools.add(sha, _Spool(data)).release()
+        elif sha not in self._mem:
+            self._mem.put(sha, data)
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            spools = list(self._spools.values())
-            self._spools.clear()
-            self._mem.clear()
-            self._mem_bytes = 0
-        for s in spools:
-            s.retire()
+        self._closed = True
+        self._spools.close()
+        self._mem.clear()
 
 
 # ---- nodes ---------------------------------------------------------------------------------
@@ -326,13 +285,12 @@ class CommitFS:
         #: may then serve reads on their event-loop thread instead of paying a thread hop.
         self.inline_reads = bool(getattr(source, "is_local", False))
         self._cache = cache if cache is not None else ChunkCache()
-        self._max_readers = readers
         self._lock = threading.Lock()  # guards the dicts below; never held during I/O
         self._flights = _Flights()
         self._blobs = _BlobCache(blob_cache_bytes)
-        self._readers: OrderedDict[str, FileReader] = OrderedDict()  # by Xet hash (hex)
-        self._infos: dict[bytes, _BlobInfo] = {}
-        self._warned: set[bytes] = set()
+        self._readers: LRUCache[str, FileReader] = LRUCache(readers)  # by Xet hash (hex)
+        self._infos: LRUCache[bytes, _BlobInfo] = LRUCache(_MAX_INFOS)
+        self._warned: LRUCache[bytes, bool] = LRUCache(4096)  # bad pointers, logged once
         self._nodes: dict[int, _Node] = {}
         self._expanded_all = False
         self._stats: FSStats | None = None
@@ -479,8 +437,7 @@ class CommitFS:
         """Release the repository's files and the temporary files of big plain blobs."""
         self._git.close()
         self._blobs.close()
-        with self._lock:
-            self._readers.clear()
+        self._readers.clear()
 
     def __enter__(self) -> CommitFS:
         return self
@@ -581,8 +538,7 @@ class CommitFS:
     # ---- blobs -----------------------------------------------------------------------------
 
     def _blob_info(self, sha: bytes, shown: str) -> _BlobInfo:
-        with self._lock:
-            info = self._infos.get(sha)
+        info = self._infos.get(sha)
         if info is None:
             info = self._flights.run(("info", sha), lambda: self._load_info(sha, shown))
         return info
@@ -598,12 +554,11 @@ class CommitFS:
                 except PointerFormatError as exc:
                     with self._lock:
                         first = sha not in self._warned
-                        self._warned.add(sha)
+                        self._warned.put(sha, True)
                     if first:
                         log.warning("%s: not a valid pointer (%s); served as is", shown, exc.reason)
         info = _BlobInfo(pointer.size if pointer is not None else size, pointer)
-        with self._lock:
-            self._infos[sha] = info
+        self._infos.put(sha, info)
         return info
 
     def _read_blob(self, sha: bytes, shown: str, size: int) -> bytes:
@@ -628,7 +583,7 @@ class CommitFS:
         if isinstance(cached, bytes):
             return cached[offset : offset + size]
         try:
-            return cached.pread(offset, min(size, total - offset))
+            return cached.value.pread(offset, min(size, total - offset))
         except OSError as exc:
             raise self._eio(node.shown, "read spooled blob", exc) from exc
         finally:
@@ -646,20 +601,13 @@ class CommitFS:
 
     def _reader(self, pointer: Pointer) -> FileReader:
         key = pointer.xet_hash
-        with self._lock:
-            reader = self._readers.get(key)
-            if reader is not None:
-                self._readers.move_to_end(key)
-                return reader
-        reader = self._flights.run(
-            ("reader", key),
-            lambda: FileReader(self._source, from_hex(key), cache=self._cache),
-        )
-        with self._lock:
-            self._readers[key] = reader
-            self._readers.move_to_end(key)
-            while len(self._readers) > self._max_readers:
-                self._readers.popitem(last=False)
+        reader = self._readers.get(key)
+        if reader is None:
+            reader = self._flights.run(
+                ("reader", key),
+                lambda: FileReader(self._source, from_hex(key), cache=self._cache),
+            )
+            self._readers.put(key, reader)
         return reader
 
     # ---- totals ----------------------------------------------------------------------------

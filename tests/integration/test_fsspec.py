@@ -426,9 +426,9 @@ def test_evicted_commit_stays_open_for_its_files(dataset: dict[str, Any]) -> Non
     pool = fs._pool
     try:
         f = fs.open(url(dataset, dataset["first"], "table.csv"))
-        old = f._lease.fs
+        old = f._lease.value.fs
         assert fs.cat_file(url(dataset, "main", "small.txt")) == b"hello\n"  # evicts first
-        assert [k[1] for k in pool._commits] == [dataset["second"]]
+        assert [k[1] for k in pool.open_commits()] == [dataset["second"]]
         assert f.read() == dataset["v1"]["table.csv"]  # still served by the evicted commit
         assert not old._git._closed
         f.close()

@@ -23,6 +23,7 @@ from gitxet.formats.pointer import VERSION_LINE, Pointer
 from gitxet.git.objects import TreeRecord, loose_size, packed_size, parse_tree
 from gitxet.hashing import to_hex
 from gitxet.store.cas import LocalCAS
+from gitxet.util.lru import Lease
 from gitxet.vfs import model
 from gitxet.vfs.model import ROOT_INO, CommitFS
 from gitxet.vfs.nodes import Attrs, NodeKind
@@ -657,20 +658,20 @@ def test_blob_cache_spools_evict_only_when_unused() -> None:
     first = next(iter(blobs))
     cache.put(first, blobs[first])
     held = cache.get(first)
-    assert isinstance(held, model._Spool)
+    assert isinstance(held, Lease) and isinstance(held.value, model._Spool)
     for sha, data in list(blobs.items())[1:]:
         cache.put(sha, data)
     assert cache.get(first) is None  # evicted from the cache...
-    assert held.pread(10, 20) == blobs[first][10:30]  # ...but still readable while held
+    assert held.value.pread(10, 20) == blobs[first][10:30]  # ...but still readable while held
     held.release()
-    assert held._file.closed
+    assert held.value._file.closed
     cache.put(b"s" * 20, b"small")
     assert cache.get(b"s" * 20) == b"small"
     last = cache.get(list(blobs)[-1])
-    assert isinstance(last, model._Spool)
+    assert isinstance(last, Lease)
     cache.close()
-    assert not last._file.closed
+    assert not last.value._file.closed
     last.release()
-    assert last._file.closed
+    assert last.value._file.closed
     cache.put(b"x" * 20, b"x" * 5000)  # after close: nothing kept, nothing leaked
     assert cache.get(b"x" * 20) is None
