@@ -39,7 +39,6 @@ from gitxet.remote.client import CASClient
 from gitxet.util.atomic import atomic_write
 from gitxet.util.lru import LRUCache
 
-
 # Fetch URLs are signed and expire; re-ask for them well before a typical expiry.
 URL_TTL = 300.0
 # Decoded bytes fetched past the chunk a read needs (one request instead of many).

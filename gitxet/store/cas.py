@@ -45,6 +45,7 @@ from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, merkle_root, to_hex
 from gitxet.store.locking import file_lock
 from gitxet.util.atomic import atomic_write, atomic_writer
+from gitxet.util.lru import Lease, LeaseCache, LRUCache
 
 #: open xorb descriptors kept per store (plus those that concurrent reads still hold)
 MAX_OPEN_XORBS = 64
