@@ -32,13 +32,11 @@ from __future__ import annotations
 
 import email.utils
 import json
-import random
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit, urlunsplit
 
@@ -56,6 +54,7 @@ from gitxet.formats.shard import Shard, parse_shard
 from gitxet.formats.xorb import decode_chunks, verify_xorb
 from gitxet.hashing import chunk_hash, file_hash, to_hex
 from gitxet.remote import protocol as p
+from gitxet.util.retry import Retry, RetryPolicy, retry_call
 
 __all__ = ["CASClient", "RetryPolicy", "discover"]
 
@@ -63,23 +62,6 @@ USER_AGENT = "gitxet"
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 TokenSource = str | Callable[[], str] | None
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How often and how long to retry a transient failure."""
-
-    attempts: int = 5
-    base_delay: float = 0.5
-    max_delay: float = 30.0
-
-    def delay(self, attempt: int, retry_after: float | None) -> float:
-        """Seconds to wait before retry number ``attempt`` (1-based)."""
-        if retry_after is not None:
-            return min(max(retry_after, 0.0), self.max_delay)
-        d = self.base_delay * 2.0 ** (attempt - 1)
-        jitter: float = random.random()
-        return min(d * (0.5 + jitter), self.max_delay)
 
 
 def _redact(url: str) -> str:
@@ -205,28 +187,49 @@ class CASClient:
         json_body: Any = None,
     ) -> httpx.Response:
         """Send with retries; return a response whose status is in ``ok``, else raise."""
-        ok = frozenset(ok)
+        return retry_call(
+            lambda _: self._send_once(
+                method,
+                url,
+                what=what,
+                auth=auth,
+                ok=ok,
+                retry_statuses=retry_statuses,
+                headers=headers,
+                content=content,
+                json_body=json_body,
+            ),
+            self.retry,
+            sleep=self._sleep,
+        )
+
+    def _send_once(
+        self,
+        method: str,
+        url: str,
+        *,
+        what: str,
+        auth: bool = True,
+        ok: Iterable[int] = (200,),
+        retry_statuses: frozenset[int] = _RETRY_STATUSES,
+        headers: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        json_body: Any = None,
+    ) -> httpx.Response:
+        """One try of :meth:`_request`: a transient failure raises :class:`Retry`."""
         hdrs = self._headers(auth)
         if headers:
             hdrs.update(headers)
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                resp = self.http.request(method, url, headers=hdrs, content=content, json=json_body)
-            except httpx.TransportError as e:
-                if attempt >= self.retry.attempts:
-                    raise RemoteError(
-                        f"{what}: {type(e).__name__} talking to {_redact(url)}"
-                    ) from None
-                self._sleep(self.retry.delay(attempt, None))
-                continue
-            if resp.status_code in ok:
-                return resp
-            if resp.status_code in retry_statuses and attempt < self.retry.attempts:
-                self._sleep(self.retry.delay(attempt, _retry_after(resp)))
-                continue
-            raise self._error(resp, what)
+        try:
+            resp = self.http.request(method, url, headers=hdrs, content=content, json=json_body)
+        except httpx.TransportError as e:
+            error = RemoteError(f"{what}: {type(e).__name__} talking to {_redact(url)}")
+            raise Retry(error) from None
+        if resp.status_code in frozenset(ok):
+            return resp
+        if resp.status_code in retry_statuses:
+            raise Retry(self._error(resp, what), after=_retry_after(resp))
+        raise self._error(resp, what)
 
     def _error(self, resp: httpx.Response, what: str) -> RemoteError:
         status = resp.status_code
@@ -308,21 +311,18 @@ class CASClient:
         if end < start:
             raise ValueError(f"inverted range {start}-{end}")
         want = end - start + 1
-        buf = bytearray()
-        attempt = 0
+        buf = bytearray()  # kept across attempts: a retry resumes after the last byte
         what = f"xorb range {_redact(url)}"
-        while True:
-            attempt += 1
-            pos = start + len(buf)
+
+        def attempt(_: int) -> bytes:
             hdrs = self._headers(auth=False)
-            hdrs["Range"] = p.format_range(pos, end)
+            hdrs["Range"] = p.format_range(start + len(buf), end)
             try:
                 with self.http.stream("GET", url, headers=hdrs) as resp:
                     if resp.status_code not in (200, 206):
                         resp.read()
-                        if resp.status_code in _RETRY_STATUSES and attempt < self.retry.attempts:
-                            self._sleep(self.retry.delay(attempt, _retry_after(resp)))
-                            continue
+                        if resp.status_code in _RETRY_STATUSES:
+                            raise Retry(self._error(resp, what), after=_retry_after(resp))
                         raise self._error(resp, what)
                     if resp.status_code == 200:
                         # A server that ignored Range sends the whole object: slice it.
@@ -331,21 +331,17 @@ class CASClient:
                             raise RemoteError(f"{what}: object shorter than the range")
                         return bytes(body[start : end + 1])
                     for part in resp.iter_bytes():
-                        buf += part
+                        buf.extend(part)
                         if len(buf) > want:
                             raise RemoteError(f"{what}: longer than the {want} bytes asked for")
             except httpx.TransportError as e:
-                if attempt >= self.retry.attempts:
-                    raise RemoteError(
-                        f"{what}: {type(e).__name__} after {len(buf)} bytes"
-                    ) from None
-                self._sleep(self.retry.delay(attempt, None))
-                continue
-            if len(buf) == want:
-                return bytes(buf)
-            if attempt >= self.retry.attempts:
-                raise RemoteError(f"{what}: got {len(buf)} of {want} bytes")
-            self._sleep(self.retry.delay(attempt, None))
+                error = RemoteError(f"{what}: {type(e).__name__} after {len(buf)} bytes")
+                raise Retry(error) from None
+            if len(buf) != want:
+                raise Retry(RemoteError(f"{what}: got {len(buf)} of {want} bytes"))
+            return bytes(buf)
+
+        return retry_call(attempt, self.retry, sleep=self._sleep)
 
     def fetch_chunks(self, fi: p.FetchInfo) -> list[bytes]:
         """Fetch and decode the chunks ``[fi.chunk_start, fi.chunk_end)`` a fetch entry names.
@@ -700,26 +696,34 @@ class CASClient:
                 wrong verification hash) or failed.
         """
         what = "shard upload"
+
+        def attempt_v2(_: int) -> bool | None:
+            """The V2 result, or ``None`` for a server without V2."""
+            r = self._send_once(
+                "POST",
+                self._url(p.SHARDS_V2),
+                what=what,
+                content=data,
+                headers={"Content-Type": p.OCTET},
+                ok=(200, 404, 501),
+            )
+            if r.status_code != 200:
+                self._shards_v2 = False
+                return None
+            self._shards_v2 = True
+            result, retryable, message = self._ndjson_result(r.text)
+            if result is not None:
+                return result
+            error = RemoteError(f"{what}: {message}", 200)
+            if retryable:
+                raise Retry(error)
+            raise error
+
         if self._shards_v2 is not False:
-            for attempt in range(1, self.retry.attempts + 1):
-                r = self._request(
-                    "POST",
-                    self._url(p.SHARDS_V2),
-                    what=what,
-                    content=data,
-                    headers={"Content-Type": p.OCTET},
-                    ok=(200, 404, 501),
-                )
-                if r.status_code != 200:
-                    self._shards_v2 = False
-                    break
-                self._shards_v2 = True
-                result, retryable, message = self._ndjson_result(r.text)
-                if result is not None:
-                    return result
-                if not retryable or attempt == self.retry.attempts:
-                    raise RemoteError(f"{what}: {message}", 200)
-                self._sleep(self.retry.delay(attempt, None))
+            # one retry budget for both transport failures and retryable error frames
+            done = retry_call(attempt_v2, self.retry, sleep=self._sleep)
+            if done is not None:
+                return done
         r = self._request(
             "POST",
             self._url(p.SHARDS_V1),

@@ -381,6 +381,28 @@ def test_shard_v2_result_and_error_frames() -> None:
         c.upload_shard(b"shard")
 
 
+def test_shard_retries_share_one_budget() -> None:
+    """Transport failures and retryable error frames count against the same attempts.
+
+    (The V2 loop used to wrap ``_request``'s own retry loop: 4 x 4 tries here.)
+    """
+    calls = 0
+
+    def h(req: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls % 2:
+            raise httpx.ConnectError("reset")
+        return httpx.Response(
+            200, text=_ndjson({"type": "error", "message": "busy", "retryable": True})
+        )
+
+    sleeps: list[float] = []
+    with pytest.raises(RemoteError, match="ConnectError|busy"):
+        client(h, sleeps).upload_shard(b"shard")
+    assert calls == 4 and len(sleeps) == 3
+
+
 def test_shard_falls_back_to_v1() -> None:
     paths: list[str] = []
 
