@@ -1,15 +1,17 @@
 """Reading git objects straight from the object store, with dulwich (no process per call).
 
-What the read-only filesystem model needs: tree objects parsed strictly (anything a
-filesystem cannot show is refused), object sizes without reading big blobs (from the pack
-entry header, the delta header or the loose object header, as ``git cat-file -s`` does),
-raw blobs and trees, and commits with tags peeled. Dulwich objects are not thread-safe, so
+What the read-only filesystem model needs: tree objects parsed strictly (entries the path
+rule of :mod:`gitxet.git.paths` refuses are left out, broken bytes raise), object sizes
+without reading big blobs (from the pack entry header, the delta header or the loose
+object header, as ``git cat-file -s`` does), raw blobs and trees, and commits with tags
+peeled. Dulwich objects are not thread-safe, so
 :class:`GitObjects` keeps a small pool of repositories, one per concurrent reader.
 Formats: git's ``gitformat-pack`` and ``gitformat-loose`` documentation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import zlib
@@ -21,6 +23,7 @@ from dulwich.errors import NotGitRepository
 from dulwich.repo import Repo
 
 from gitxet.errors import FormatError, GitError, GitObjectNotFoundError
+from gitxet.git.paths import unsafe_name
 
 __all__ = [
     "FILE_MODES",
@@ -60,12 +63,21 @@ class TreeRecord(NamedTuple):
     sha: bytes
 
 
-def parse_tree(raw: bytes, sha_len: int, what: str) -> list[TreeRecord]:
-    """Entries of a tree object, refusing anything a filesystem cannot show.
+def parse_tree(
+    raw: bytes,
+    sha_len: int,
+    what: str,
+    hidden: Callable[[bytes, str], None] | None = None,
+) -> list[TreeRecord]:
+    """The entries of a tree object that are safe to show, in tree order.
+
+    An entry is left out, and ``hidden(name, reason)`` called, when its name breaks the path
+    rule of :mod:`gitxet.git.paths` (``..``, ``/``, ``.git`` and its look-alikes, ...), its
+    mode is not one git writes, or it repeats an earlier entry's name: the rest of the
+    directory stays readable.
 
     Raises:
-        FormatError: truncated entries, bad modes, names that are empty, ``.``, ``..`` or
-            contain ``/``, and duplicate names (git fsck rejects the same).
+        FormatError: the tree's bytes are broken (a bad mode field, a truncated entry).
     """
     out: list[TreeRecord] = []
     seen: set[bytes] = set()
@@ -80,15 +92,19 @@ def parse_tree(raw: bytes, sha_len: int, what: str) -> list[TreeRecord]:
             raise FormatError(what, f"entry at byte {pos}: truncated")
         name = raw[sp + 1 : nul]
         mode = int(mode_text, 8)
-        if not name or name in (b".", b"..") or b"/" in name:
-            raise FormatError(what, f"entry at byte {pos}: invalid name {name!r}")
-        if mode not in SUPPORTED_MODES:
-            raise FormatError(what, f"entry {name!r}: unsupported mode {mode:o}")
-        if name in seen:
-            raise FormatError(what, f"duplicate entry {name!r}")
-        seen.add(name)
-        out.append(TreeRecord(name, mode, raw[nul + 1 : nul + 1 + sha_len]))
+        sha = raw[nul + 1 : nul + 1 + sha_len]
         pos = nul + 1 + sha_len
+        reason = unsafe_name(name, mode)
+        if reason is None and mode not in SUPPORTED_MODES:
+            reason = f"unsupported mode {mode:o}"
+        if reason is None and name in seen:
+            reason = "duplicate name"
+        if reason is not None:
+            if hidden is not None:
+                hidden(name, reason)
+            continue
+        seen.add(name)
+        out.append(TreeRecord(name, mode, sha))
     return out
 
 
@@ -185,29 +201,43 @@ class _Handle:
         try:
             self.store: Any = self.repo.object_store
             self.packs: list[Any] = list(self.store.packs)
+            self._alternates: list[tuple[Any, list[Any]]] | None = None
         except BaseException:
             self.repo.close()
             raise
 
     def size(self, hexsha: bytes, sha_len: int) -> int:
         for attempt in range(2):
-            for pack in self.packs:
-                try:
-                    offset = pack.index.object_offset(hexsha)
-                except KeyError:
-                    continue
-                return packed_size(os.fspath(pack.data.path), offset, sha_len)
-            root = getattr(self.store, "path", None)
-            if root is not None:
-                text = hexsha.decode("ascii")
-                try:
-                    return loose_size(os.path.join(os.fspath(root), text[:2], text[2:]))
-                except FileNotFoundError:
-                    pass
+            for store, packs in self._stores():
+                for pack in packs:
+                    try:
+                        offset = pack.index.object_offset(hexsha)
+                    except KeyError:
+                        continue
+                    return packed_size(os.fspath(pack.data.path), offset, sha_len)
+                root = getattr(store, "path", None)
+                if root is not None:
+                    text = hexsha.decode("ascii")
+                    try:
+                        return loose_size(os.path.join(os.fspath(root), text[:2], text[2:]))
+                    except FileNotFoundError:
+                        pass
             if attempt == 0:  # a repack may have moved it into a pack we do not know yet
                 self.packs = list(self.store.packs)
-        # alternates, or a store that is not on disk: pay for a full read
+                self._alternates = None
+        # a store that is not on disk: pay for a full read
         return len(self.raw(hexsha, OBJ_BLOB))
+
+    def _stores(self) -> list[tuple[Any, list[Any]]]:
+        """This repository's object store and its alternates (``objects/info/alternates``),
+        each with its packs: sizes must come from headers there too, never a full read."""
+        if self._alternates is None:
+            found: list[tuple[Any, list[Any]]] = []
+            for alt in getattr(self.store, "alternates", ()):
+                with contextlib.suppress(Exception):  # an unreadable alternate: skip it
+                    found.append((alt, list(alt.packs)))
+            self._alternates = found
+        return [(self.store, self.packs), *self._alternates]
 
     def raw(self, hexsha: bytes, want: int) -> bytes:
         try:
@@ -219,6 +249,9 @@ class _Handle:
         return bytes(data)
 
     def close(self) -> None:
+        with contextlib.suppress(Exception):  # dulwich caches them; its close() skips them
+            for alt in self.store.alternates:
+                alt.close()
         self.repo.close()
 
 

@@ -30,7 +30,6 @@ import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from functools import partial
 from typing import IO, Any, TypeVar
 
 from gitxet.data.reconstruct import ChunkCache, ChunkSource, FileReader
@@ -51,11 +50,12 @@ from gitxet.git.objects import (
     TreeRecord,
     parse_tree,
 )
+from gitxet.git.paths import PATH_MAX
 from gitxet.hashing import from_hex
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
 from gitxet.vfs.nodes import Attrs, FSStats, NodeKind
 
-__all__ = ["ROOT_INO", "CommitFS"]
+__all__ = ["BROKEN_LINK_TARGET", "ROOT_INO", "CommitFS"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,10 @@ _INO_PERSON = b"gitxet.vfs.ino"  # blake2b personalisation: domain-separates the
 
 _MAX_SPOOLS = 8  # big plain blobs kept in temporary files
 _MAX_INFOS = 1 << 16  # blob sizes/pointers remembered (a node keeps its own attributes)
+
+#: What a symlink whose target no system accepts (empty, or ``PATH_MAX`` bytes or more)
+#: points to instead: a path through ``/dev/null``, which never resolves.
+BROKEN_LINK_TARGET = b"/dev/null/gitxet-unusable-symlink-target"
 
 T = TypeVar("T")
 
@@ -291,6 +295,7 @@ class CommitFS:
         self._readers: LRUCache[str, FileReader] = LRUCache(readers)  # by Xet hash (hex)
         self._infos: LRUCache[bytes, _BlobInfo] = LRUCache(_MAX_INFOS)
         self._warned: LRUCache[bytes, bool] = LRUCache(4096)  # bad pointers, logged once
+        self._hidden: LRUCache[str, bool] = LRUCache(4096)  # paths left out, logged once
         self._nodes: dict[int, _Node] = {}
         self._expanded_all = False
         self._stats: FSStats | None = None
@@ -315,7 +320,7 @@ class CommitFS:
                 raise NotADirectoryError(errno.ENOTDIR, f"not a directory: {where}")
             node = _Node(ROOT_INO, None, part, path, entry.mode, entry.sha)
         self._nodes[ROOT_INO] = node
-        self._attrs(node)  # a broken root tree fails here, not at the first listing
+        self._entries(node)  # a broken root tree fails here, not at the first listing
         return node
 
     # ---- ReadOnlyFS ------------------------------------------------------------------------
@@ -356,18 +361,41 @@ class CommitFS:
         return [(c.name, self._attrs(c)) for c in node.order]
 
     def readlink(self, ino: int) -> bytes:
-        """Target of a symlink: the blob's content."""
+        """Target of a symlink: the blob's content, or :data:`BROKEN_LINK_TARGET` when no
+        system would accept it (empty, or ``PATH_MAX`` bytes or more: never read whole)."""
         node = self._node(ino)
         if node.kind is not NodeKind.SYMLINK:
             raise OSError(errno.EINVAL, f"{node.shown}: not a symlink")
+        if self._link_size(node.sha, node.shown) is None:
+            return BROKEN_LINK_TARGET
         cached = self._blobs.get(node.sha)
         if isinstance(cached, bytes):
             return cached
-        if cached is not None:  # a spooled "symlink" of megabytes: not worth a special case
+        if cached is not None:  # cannot happen below PATH_MAX bytes, but never leak a user
             cached.release()
         data = self._git_op(node.shown, "read link", lambda: self._git.raw(node.sha, OBJ_BLOB))
+        if not 0 < len(data) < PATH_MAX:  # the header lied: the object store is damaged
+            bad = FormatError(f"blob {node.sha.hex()}", f"{len(data)} bytes, not as its header")
+            raise self._eio(node.shown, "inconsistent object", bad) from bad
         self._blobs.put(node.sha, data)
         return data
+
+    def _link_size(self, sha: bytes, shown: str) -> int | None:
+        """A symlink target's length from the object header, or None when it is unusable."""
+        size = self._git_op(shown, "size link", lambda: self._git.size(sha))
+        if 0 < size < PATH_MAX:
+            return size
+        with self._lock:
+            first = shown not in self._hidden
+            self._hidden.put(shown, True)
+        if first:
+            log.warning(
+                "commit %s: %s: symlink target of %d bytes shown as a broken link",
+                self._commit_hex,
+                shown,
+                size,
+            )
+        return None
 
     def read(self, ino: int, offset: int, size: int) -> bytes:
         """Up to ``size`` bytes at ``offset``; ``b""`` at or past the end.
@@ -467,7 +495,11 @@ class CommitFS:
         stack = [self._root]
         while stack:
             node = stack.pop()
-            stack.extend(c for c in self._children(node).values() if c.kind is NodeKind.DIR)
+            try:
+                kids = self._children(node)
+            except OSError:  # a broken tree (logged): its paths cannot be found anyway
+                continue
+            stack.extend(c for c in kids.values() if c.kind is NodeKind.DIR)
         self._expanded_all = True
 
     def _dir(self, ino: int) -> _Node:
@@ -485,12 +517,26 @@ class CommitFS:
     def _tree(self, sha: bytes, shown: str) -> list[TreeRecord]:
         def load() -> list[TreeRecord]:
             raw = self._git_op(shown, "read tree", lambda: self._git.raw(sha, OBJ_TREE))
+            hidden: list[tuple[bytes, str]] = []
             try:
-                return parse_tree(raw, len(sha), f"tree {sha.hex()}")
+                entries = parse_tree(
+                    raw, len(sha), f"tree {sha.hex()}", lambda n, why: hidden.append((n, why))
+                )
             except FormatError as exc:
                 raise self._eio(shown, "bad tree", exc) from exc
+            for name, why in hidden:
+                self._log_hidden(_join(shown, name), why)
+            return entries
 
         return self._flights.run(("tree", sha), load)
+
+    def _log_hidden(self, shown: str, why: str) -> None:
+        """Say once per path that a tree entry is not shown, naming the commit."""
+        with self._lock:
+            first = shown not in self._hidden
+            self._hidden.put(shown, True)
+        if first:
+            log.warning("commit %s: %s is not shown: %s", self._commit_hex, shown, why)
 
     def _children(self, node: _Node) -> dict[bytes, _Node]:
         kids = node.children
@@ -523,14 +569,18 @@ class CommitFS:
             return attrs
         kind = node.kind
         if kind is NodeKind.DIR:
-            subdirs = sum(1 for e in self._entries(node) if _kind_of(e.mode) is NodeKind.DIR)
+            try:
+                subdirs = sum(1 for e in self._entries(node) if _kind_of(e.mode) is NodeKind.DIR)
+            except OSError:  # a broken tree (logged): still listed, unreadable when opened
+                subdirs = 0
             attrs = Attrs(node.ino, kind, stat.S_IFDIR | 0o555, 0, 2 + subdirs, self.mtime_ns)
         elif kind is NodeKind.FILE:
             size = self._blob_info(node.sha, node.shown).size
             perm = 0o555 if node.mode & 0o100 else 0o444
             attrs = Attrs(node.ino, kind, stat.S_IFREG | perm, size, 1, self.mtime_ns)
         else:
-            size = self._git_op(node.shown, "size link", lambda: self._git.size(node.sha))
+            target = self._link_size(node.sha, node.shown)
+            size = len(BROKEN_LINK_TARGET) if target is None else target
             attrs = Attrs(node.ino, kind, stat.S_IFLNK | 0o777, size, 1, self.mtime_ns)
         node.attrs = attrs
         return attrs
@@ -623,7 +673,11 @@ class CommitFS:
             sha, shown, ready = stack.pop()
             if sha in done:
                 continue
-            entries = self._tree(sha, shown)
+            try:
+                entries = self._tree(sha, shown)
+            except OSError:  # a broken tree (logged): counted as an empty directory
+                done[sha] = (0, 1)
+                continue
             if not ready:
                 subs = [
                     (e.sha, _join(shown, e.name), False)
@@ -643,10 +697,14 @@ class CommitFS:
                     continue
                 count += 1
                 where = _join(shown, e.name)
-                if e.mode == MODE_LINK:
-                    total += self._git_op(where, "size link", partial(self._git.size, e.sha))
-                elif e.mode != MODE_GITLINK:
-                    total += self._blob_info(e.sha, where).size
+                try:
+                    if e.mode == MODE_LINK:
+                        size = self._link_size(e.sha, where)
+                        total += len(BROKEN_LINK_TARGET) if size is None else size
+                    elif e.mode != MODE_GITLINK:
+                        total += self._blob_info(e.sha, where).size
+                except OSError:  # a missing or damaged object (logged): it reads as EIO
+                    pass
             done[sha] = (total, count)
         return done[root.sha]
 

@@ -495,28 +495,48 @@ def test_missing_tree_object_gives_eio(world: World, cas: LocalCAS, tmp_path: Pa
     (clone / ".git/objects" / tree[:2] / tree[2:]).unlink()
     with CommitFS(str(clone), world.c2, cas) as fs:
         data = fs.lookup(ROOT_INO, b"data")
+        # the parent still lists (the broken child's link count cannot be known: 2)
+        listed = dict(fs.readdir(data.ino))
+        assert listed[b"test"].kind is NodeKind.DIR and listed[b"test"].nlink == 2
         with pytest.raises(OSError) as e:
-            fs.readdir(data.ino)  # listing data/ needs data/test's tree for its nlink
+            fs.readdir(listed[b"test"].ino)
         assert e.value.errno == errno.EIO
         assert fs.read(fs.resolve_path(b"README.md").ino, 0, 9) == b"# dataset"
+        assert fs.statfs().files > 1  # the broken tree counts as an empty directory
 
 
-def test_malformed_tree_names_are_refused() -> None:
+def test_broken_tree_bytes_are_refused() -> None:
     sha = bytes(20)
     good = b"100644 a\0" + sha
     assert parse_tree(good, 20, "t") == [TreeRecord(b"a", 0o100644, sha)]
-    for bad in (
-        b"100644 ..\0" + sha,
-        b"100644 a/b\0" + sha,
-        b"100644 \0" + sha,
-        b"100644 a\0" + sha[:5],
-        b"10x644 a\0" + sha,
-        b"100000 a\0" + sha,
-        good + good,
-        b"100644a" + sha,
-    ):
+    for bad in (b"100644 a\0" + sha[:5], b"10x644 a\0" + sha, b"100644a" + sha, b" a\0" + sha):
         with pytest.raises(model.FormatError):
             parse_tree(bad, 20, "t")
+
+
+def test_unsafe_entries_are_left_out_and_reported() -> None:
+    sha = bytes(20)
+    good = b"100644 a\0" + sha
+    for bad in (
+        b"100644 ..\0",
+        b"100644 .\0",
+        b"100644 a/b\0",
+        b"100644 \0",
+        b"40000 .git\0",
+        b"40000 .GIT\0",
+        b"40000 .git.\0",
+        b"40000 git~1\0",
+        "40000 .g\u200cit\0".encode(),
+        b"120000 .gitmodules\0",
+        b"100000 z\0",
+        b"100644 a\0",  # a duplicate of the good entry
+    ):
+        hidden: list[tuple[bytes, str]] = []
+        got = parse_tree(good + bad + sha, 20, "t", lambda n, why, h=hidden: h.append((n, why)))
+        assert got == [TreeRecord(b"a", 0o100644, sha)]
+        assert [n for n, _ in hidden] == [bad.split(b" ", 1)[1][:-1]], bad
+    # a .gitmodules file (not a symlink) is fine
+    assert len(parse_tree(good + b"100644 .gitmodules\0" + sha, 20, "t")) == 2
 
 
 # ---- object sizes from headers ----------------------------------------------------------
