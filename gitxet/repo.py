@@ -40,6 +40,15 @@ from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
 from gitxet.git import process
 from gitxet.git.index import Restat, blob_id, restat_entries
 from gitxet.hashing import from_hex, to_hex
+from gitxet.settings import (
+    DEFAULT_CACHE_BYTES,
+    Settings,
+    child_env,
+    parse_bool,
+    parse_size,
+    strip_credentials,
+    url_token,
+)
 from gitxet.store.cas import LocalCAS
 from gitxet.util.atomic import atomic_writer
 
@@ -48,27 +57,6 @@ if TYPE_CHECKING:
 
 DEFAULT_THRESHOLD = 256 * 1024
 Progress = Callable[[int], None]
-
-
-_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def parse_size(text: str) -> int:
-    """``"256k"``, ``"1m"``, ``"10GiB"``, ``"20g"``, ``"1048576"`` -> bytes (binary units)."""
-    t = text.strip().lower().replace(" ", "")
-    for suffix in ("ib", "b"):
-        if t.endswith(suffix) and t[: -len(suffix)][-1:] in "kmgt" and len(t) > len(suffix):
-            t = t[: -len(suffix)]
-            break
-    unit = t[-1:] if t[-1:] in "kmgt" else ""
-    number = t[:-1] if unit else t
-    try:
-        value = int(number) * _SIZE_UNITS[unit]
-    except ValueError:
-        raise ConfigError(f"not a size: {text!r}") from None
-    if value < 0:
-        raise ConfigError(f"negative size: {text!r}")
-    return value
 
 
 def _read_up_to(src: BinaryIO, n: int) -> bytes:
@@ -172,17 +160,9 @@ class XetRepo:
         self.cwd = str(self.worktree or self.git_dir)
         self.cas = LocalCAS(str(self.git_dir / "xet"))
         self.threshold = parse_size(self._config("xet.threshold") or str(DEFAULT_THRESHOLD))
-        self.lazy = (
-            lazy
-            if lazy is not None
-            else (self._config("xet.lazy") or "").lower()
-            in (
-                "1",
-                "true",
-                "yes",
-                "on",
-            )
-        )
+        if lazy is None:
+            lazy = parse_bool(self._config("xet.lazy") or "", "xet.lazy")
+        self.lazy = lazy
         self._stats_path = stats_path
         self._stats_lock = threading.Lock()
         self._remote_factory = remote_factory
@@ -669,13 +649,38 @@ class DatasetSource:
 
 @dataclass(frozen=True, slots=True)
 class HttpAccess:
-    """How to reach http(s) repositories: credentials and the shared local cache."""
+    """How to reach http(s) repositories: the token lookup and the shared local cache."""
 
     cache_root: str
-    token: str | None = None
+    token_lookup: Callable[[str], str | None] | None = None
     offline: bool = False
-    cache_bytes: int = 10 << 30
+    cache_bytes: int = DEFAULT_CACHE_BYTES
     remote_factory: Callable[[str], CASRemote] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, offline: bool = False) -> HttpAccess:
+        """Access built from :class:`~gitxet.settings.Settings` (cache, sizes, tokens).
+
+        httpx and the rest are imported on first use: local repositories never pay for them.
+        """
+
+        def make(url: str) -> CASRemote:
+            from gitxet.data.remote_source import http_remote_factory
+
+            build = http_remote_factory(
+                settings.cache_dir,
+                settings.cache_bytes,
+                offline=offline,
+                token_lookup=settings.token_for,
+                read_ahead=settings.prefetch_bytes,
+            )
+            return build(url)
+
+        return cls(settings.cache_dir, settings.token_for, offline, settings.cache_bytes, make)
+
+    def token_for(self, url: str) -> str | None:
+        """The token for ``url`` (the settings' lookup, else the URL's own userinfo)."""
+        return self.token_lookup(url) if self.token_lookup is not None else url_token(url)
 
 
 def _git_auth_env(token: str | None) -> dict[str, str]:
@@ -703,19 +708,15 @@ def mirror_git_metadata(url: str, access: HttpAccess) -> str:
     import hashlib
     import subprocess
 
-    from gitxet.data.remote_source import without_credentials
-
-    parts = urllib.parse.urlsplit(url)
-    token = access.token or (urllib.parse.unquote(parts.password) if parts.password else None)
-    clean = without_credentials(url)
+    token = access.token_for(url)
+    clean = strip_credentials(url)
     key = hashlib.sha256(clean.encode()).hexdigest()[:24]
     path = os.path.join(access.cache_root, "repos", key + ".git")
     if access.offline:
         if not os.path.isdir(path):
             raise NotFoundError(f"{clean}: not in the cache (offline)")
         return path
-    env = dict(os.environ)
-    env.update(_git_auth_env(token))
+    env = child_env(_git_auth_env(token))
     if os.path.isdir(path):
         args = ["git", "--git-dir", path, "fetch", "--quiet", "--prune", "origin"]
     else:

@@ -20,6 +20,7 @@ import pytest
 from tests.helpers.ci import pytest_make_collect_report, pytest_runtest_makereport
 
 __all__ = ["pytest_make_collect_report", "pytest_runtest_makereport"]
+from tests.helpers.keyring_backends import FileKeyring, MemoryKeyring, use_file_keyring
 
 GIT_IDENTITY = {"name": "Gitxet Test", "email": "test@gitxet.invalid"}
 
@@ -70,6 +71,19 @@ def sealed_git_env(
     global_config = home / ".gitconfig"
     global_config.write_text(_GLOBAL_CONFIG, encoding="utf-8")
 
+    # Keyring: never the user's. Processes started by a test see a backend that stores
+    # nothing; tests that need one use tests/helpers/keyring_backends.py.
+    keyring_cfg = home / ".config" / "python_keyring"
+    keyring_cfg.mkdir(parents=True, exist_ok=True)
+    (keyring_cfg / "keyringrc.cfg").write_text(
+        "[backend]\ndefault-keyring=keyring.backends.fail.Keyring\n", encoding="utf-8"
+    )
+    import keyring
+    import keyring.backends.fail
+
+    old_keyring = keyring.get_keyring()
+    keyring.set_keyring(keyring.backends.fail.Keyring())
+
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
@@ -85,11 +99,28 @@ def sealed_git_env(
     monkeypatch.setenv("LC_ALL", "C")
     monkeypatch.setenv("LANGUAGE", "C")
     yield home
+    keyring.set_keyring(old_keyring)
 
 
 def _git(cwd: Path, *args: str) -> str:
     result = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
     return result.stdout
+
+
+@pytest.fixture
+def memkeyring() -> Iterator[MemoryKeyring]:
+    """An in-memory keyring for this process (the user's is never touched)."""
+    import keyring
+
+    kr = MemoryKeyring()
+    keyring.set_keyring(kr)
+    yield kr
+
+
+@pytest.fixture
+def file_keyring(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FileKeyring:
+    """A file keyring seen by this process and every process a test starts."""
+    return use_file_keyring(monkeypatch, tmp_path)
 
 
 @pytest.fixture

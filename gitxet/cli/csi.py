@@ -59,7 +59,8 @@ def csi_cmd(
     from gitxet.plugins.csi.identity import IdentityServicer
     from gitxet.plugins.csi.node import NodeConfig, NodeService, NodeServicer
     from gitxet.plugins.csi.server import CsiServer
-    from gitxet.plugins.mounter import TOKEN_ENV, SubprocessMounter
+    from gitxet.plugins.mounter import SubprocessMounter
+    from gitxet.settings import TOKEN_ENV
     from gitxet.util.statelock import lock_state_dir
 
     level = getattr(logging, log_level.upper(), None)
@@ -76,7 +77,9 @@ def csi_cmd(
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     from gitxet.cli._env import plugin_resolver
 
-    mounter = SubprocessMounter(os.path.join(state, "mounter"), env=env, resolve=plugin_resolver())
+    mounter = SubprocessMounter(os.path.join(state, "mounter"), env=env)
+    # the resolver mirrors git metadata into the cache the daemons use (the node cache)
+    mounter.set_resolver(plugin_resolver(mounter.cache_dir))
     node = NodeService(
         mounter,
         os.path.join(state, "csi"),

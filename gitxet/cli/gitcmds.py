@@ -122,7 +122,7 @@ def init_cmd(
 ) -> None:
     """Set this repository up: local filter + hooks, and auto-tracking of big files."""
     from gitxet.git import attributes, config, hooks, process
-    from gitxet.repo import parse_size
+    from gitxet.settings import parse_size
 
     parse_size(threshold)
     root = str(process.toplevel("."))

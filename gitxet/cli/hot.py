@@ -19,13 +19,12 @@ from gitxet.cli._errors import describe
 
 def open_repo(path: str = ".", **kw: Any) -> Any:
     """The repository at ``path``, configured from the environment (the CLI's job)."""
-    from gitxet.cli._env import cache_bytes, cache_root, remote_factory
-    from gitxet.repo import XetRepo
+    from gitxet.repo import HttpAccess, XetRepo
+    from gitxet.settings import Settings, lazy_default
 
-    lazy_env = os.environ.get("GITXET_LAZY")
-    lazy = None if lazy_env is None else lazy_env.lower() in ("1", "true", "yes")
-    kw.setdefault("remote_factory", remote_factory(cache_root(), cache_bytes()))
-    return XetRepo(path, lazy=lazy, stats_path=os.environ.get("GITXET_STATS_FILE"), **kw)
+    if "remote_factory" not in kw:
+        kw["remote_factory"] = HttpAccess.from_settings(Settings.load()).remote_factory
+    return XetRepo(path, lazy=lazy_default(), stats_path=os.environ.get("GITXET_STATS_FILE"), **kw)
 
 
 def filter_process() -> None:

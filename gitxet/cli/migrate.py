@@ -51,7 +51,7 @@ def migrate_cmd(
     from gitxet.cli.gitcmds import _open_repo, _program
     from gitxet.errors import LfsObjectMissingError
     from gitxet.git import config, hooks, process
-    from gitxet.repo import parse_size
+    from gitxet.settings import parse_size
 
     size = parse_size(threshold) if threshold is not None else None
     repo = _open_repo()

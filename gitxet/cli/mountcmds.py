@@ -22,10 +22,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _state_dir() -> str:
-    base = os.environ.get("GITXET_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "gitxet"
-    )
-    return base
+    from gitxet.settings import state_root
+
+    return state_root()
 
 
 def _registry():  # type: ignore[no-untyped-def]
@@ -70,7 +69,7 @@ def _open_fs(  # type: ignore[no-untyped-def]
     from gitxet.repo import open_dataset
     from gitxet.vfs.model import CommitFS
 
-    access = http_access(repo, cache_dir, cache_size, offline=offline, prefetch=prefetch)
+    access = http_access(cache_dir, cache_size, offline=offline, prefetch=prefetch)
     ds = open_dataset(repo, access)
     sha = ds.resolve(commit)
     fs = CommitFS(ds.git_dir, sha, ds.chunk_source(), subdir=os.fsencode(subdir or ""))
@@ -117,7 +116,7 @@ def mount_cmd(
         from gitxet.cli._env import http_access
         from gitxet.repo import open_dataset
 
-        access = http_access(repo, cache_dir, cache_size, offline=offline, prefetch=prefetch)
+        access = http_access(cache_dir, cache_size, offline=offline, prefetch=prefetch)
         ds = open_dataset(repo, access)
         sha = ds.resolve(commit)
         typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
@@ -153,8 +152,8 @@ def _start_daemon(
 ) -> None:
     import gitxet.mount.fuse
     import gitxet.vfs.model  # noqa: F401
-    from gitxet.cli._env import cache_root
     from gitxet.mount.runner import MountRecord, start_background
+    from gitxet.settings import cache_root
 
     def daemon() -> int:
         from gitxet.cli._errors import describe

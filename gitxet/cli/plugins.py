@@ -51,7 +51,8 @@ def docker_plugin_cmd(
     import logging
 
     from gitxet.plugins.docker_volume import PluginServer, VolumeDriver
-    from gitxet.plugins.mounter import TOKEN_ENV, SubprocessMounter
+    from gitxet.plugins.mounter import SubprocessMounter
+    from gitxet.settings import TOKEN_ENV
     from gitxet.util.statelock import lock_state_dir
 
     logging.basicConfig(
@@ -67,7 +68,9 @@ def docker_plugin_cmd(
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     from gitxet.cli._env import plugin_resolver
 
-    mounter = SubprocessMounter(os.path.join(state, "mounter"), env=env, resolve=plugin_resolver())
+    mounter = SubprocessMounter(os.path.join(state, "mounter"), env=env)
+    # the resolver mirrors git metadata into the cache the daemons use (the node cache)
+    mounter.set_resolver(plugin_resolver(mounter.cache_dir))
     driver = VolumeDriver(
         mounter,
         state,

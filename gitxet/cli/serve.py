@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from gitxet.cli._env import KEYRING_SERVICE, TOKEN_ENV, keyring_key
+from gitxet.settings import TOKEN_ENV, server_key
 
 RootOpt = Annotated[
     str, typer.Option("--root", help="Server data directory (repos, tokens, local CAS).")
@@ -35,14 +35,14 @@ def register(app: typer.Typer) -> None:
 
 
 def _size(text: str) -> int:
-    """``96M``, ``2G``, ``1048576`` -> bytes."""
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    t = text.strip().lower().removesuffix("b").removesuffix("i")
-    mult = units.get(t[-1:], 1) if t else 1
-    num = t[:-1] if t[-1:] in units else t
-    if not num.isdigit():
-        raise typer.BadParameter(f"not a size: {text!r} (e.g. 96M, 2G)")
-    return int(num) * mult
+    """``96M``, ``2G``, ``1048576`` -> bytes (the one grammar: ``settings.parse_size``)."""
+    from gitxet.errors import ConfigError
+    from gitxet.settings import parse_size
+
+    try:
+        return parse_size(text)
+    except ConfigError as e:
+        raise typer.BadParameter(str(e)) from None
 
 
 def serve_cmd(
@@ -147,11 +147,11 @@ def repo_create_cmd(
 
 
 def _keyring_key(url: str) -> str:
-    """The keyring entry for a server (see ``cli/_env.keyring_key``), as a usage error."""
+    """The keyring entry for a server (see ``settings.server_key``), as a usage error."""
     from gitxet.errors import ConfigError
 
     try:
-        return keyring_key(url)
+        return server_key(url)
     except ConfigError as e:
         raise typer.BadParameter(str(e)) from None
 
@@ -163,10 +163,9 @@ def login_cmd(
     ] = False,
 ) -> None:
     """Check a token against a server and store it in the system keyring."""
-    import keyring
-    import keyring.errors
-
+    from gitxet.errors import ConfigError
     from gitxet.remote.client import discover
+    from gitxet.settings import store_token
 
     key = _keyring_key(url)
     if token_stdin:
@@ -177,9 +176,9 @@ def login_cmd(
         raise typer.BadParameter("empty token")
     found = discover(url, token=token)
     try:
-        keyring.set_password(KEYRING_SERVICE, key, token)
-    except keyring.errors.KeyringError as e:
-        typer.echo(f"git-xet: cannot store the token in the keyring: {e}", err=True)
+        store_token(url, token)
+    except ConfigError as e:
+        typer.echo(f"git-xet: {e}", err=True)
         typer.echo(f"git-xet: set {TOKEN_ENV} instead", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"logged in to {key} (CAS at {found.cas_url})", err=True)

@@ -19,7 +19,6 @@ import json
 import os
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -36,13 +35,14 @@ from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, from_hex, is_hex, merkle_root, to_hex
 from gitxet.remote import protocol as p
 from gitxet.remote.client import CASClient
+from gitxet.settings import DEFAULT_CACHE_BYTES, DEFAULT_PREFETCH_BYTES, strip_credentials
 from gitxet.util.atomic import atomic_write
 from gitxet.util.lru import LRUCache
 
 # Fetch URLs are signed and expire; re-ask for them well before a typical expiry.
 URL_TTL = 300.0
 # Decoded bytes fetched past the chunk a read needs (one request instead of many).
-READ_AHEAD = 4 << 20
+READ_AHEAD = DEFAULT_PREFETCH_BYTES
 #: xorbs whose fetch URLs, locations and fetch locks are remembered (an LRU each)
 _MAX_XORB_ENTRIES = 16384
 
@@ -86,7 +86,7 @@ class DiskChunkCache:
     damaged cache file is dropped and fetched again, never served.
     """
 
-    def __init__(self, root: str, max_bytes: int = 10 << 30) -> None:
+    def __init__(self, root: str, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.root = os.path.abspath(root)
         self.max_bytes = max_bytes
         os.makedirs(os.path.join(self.root, "chunks"), exist_ok=True)
@@ -431,20 +431,10 @@ class HttpCASRemote:
         return self._source
 
 
-def without_credentials(url: str) -> str:
-    """``url`` without ``user:password@`` (credentials never go to disk or logs)."""
-    s = urllib.parse.urlsplit(url)
-    host = s.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host + (f":{s.port}" if s.port else "")
-    return s._replace(netloc=netloc, query="", fragment="").geturl()
-
-
 def _endpoint_record(root: str, url: str) -> str:
     import hashlib
 
-    key = hashlib.sha256(without_credentials(url).encode()).hexdigest()[:24]
+    key = hashlib.sha256(strip_credentials(url).encode()).hexdigest()[:24]
     return os.path.join(root, "endpoints", key + ".json")
 
 

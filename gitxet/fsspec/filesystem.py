@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import errno
-import os
 import stat
 import threading
 from collections import defaultdict
@@ -28,26 +27,15 @@ from gitxet.fsspec.file import READAHEAD_CACHE, XetFile
 from gitxet.fsspec.sources import DEFAULT_MAX_COMMITS, CommitPool, FetchStats, Lease
 from gitxet.fsspec.url import PROTOCOL, XetURL, canonical, parse_url
 from gitxet.repo import HttpAccess
+from gitxet.settings import Settings
 from gitxet.vfs.nodes import Attrs, NodeKind
 
 DEFAULT_CACHE_BYTES = 64 << 20  # decoded chunks, like the mount's CommitFS default
 DEFAULT_MAX_GAP = 64 << 10  # cat_ranges merges ranges this close: about one chunk
 _RANGE_WORKERS = 4
 
-_pools: dict[tuple[int, int, str | None, str | None, str | None], CommitPool] = {}
+_pools: dict[tuple[int, int, Settings], CommitPool] = {}
 _pools_lock = threading.Lock()
-
-
-def _http_access(token: str | None, cache_dir: str | None, cache_size: str | None) -> HttpAccess:
-    """Access to http(s) repositories: the same chunk cache the mount uses by default."""
-    from gitxet.data.remote_source import http_remote_factory
-    from gitxet.repo import parse_size
-
-    # the default matches git xet's (~/.cache/gitxet), so mounts and fsspec share chunks
-    root = os.path.abspath(cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "gitxet"))
-    size = parse_size(cache_size or "10g")
-    make = http_remote_factory(root, size, token=token)
-    return HttpAccess(root, token, False, size, make)
 
 
 def _shared_pool(
@@ -57,11 +45,14 @@ def _shared_pool(
     cache_dir: str | None = None,
     cache_size: str | None = None,
 ) -> CommitPool:
-    key = (cache_bytes, max_commits, token, cache_dir, cache_size)
+    """The pool for these options, with the CLI's settings (``gitxet.settings``): the same
+    cache directory, cache cap and token lookup under every variable the CLI honours."""
+    settings = Settings.load(cache_dir=cache_dir, cache_size=cache_size, token=token)
+    key = (cache_bytes, max_commits, settings)
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None:
-            access = _http_access(token, cache_dir, cache_size)
+            access = HttpAccess.from_settings(settings)
             pool = _pools[key] = CommitPool(cache_bytes, max_commits, access)
         return pool
 

@@ -48,13 +48,15 @@ from gitxet.errors import (
 from gitxet.formats.record import parse_record
 from gitxet.git import process
 from gitxet.mount import runner
+from gitxet.settings import (
+    CACHE_DIR_ENV,
+    CACHE_SIZE_ENV,
+    PREFETCH_ENV,
+    TOKEN_ENV,
+    is_size,
+)
 from gitxet.util.atomic import atomic_write
 
-TOKEN_ENV = "GITXET_TOKEN"
-# Hints for the mount daemon (the node-wide cache and its budget); read by the mount command.
-CACHE_DIR_ENV = "GITXET_CACHE_DIR"
-CACHE_SIZE_ENV = "GITXET_CACHE_SIZE"
-PREFETCH_ENV = "GITXET_PREFETCH"
 # The environment of mount daemons when the caller gives none: enough to find git and
 # fusermount3, and nothing inherited by accident (library code does not read os.environ).
 DEFAULT_ENV: Mapping[str, str] = {
@@ -65,7 +67,6 @@ DEFAULT_ENV: Mapping[str, str] = {
 _RECORD_VERSION = 1
 _RECORD_MAX_BYTES = 64 * 1024
 _FULL_SHA = re.compile(r"[0-9a-f]{40}")
-_SIZE = re.compile(r"[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]i?[bB]?|[bB])?")
 _MAX_FIELD = 4096  # no spec field is longer than a path
 
 
@@ -164,8 +165,11 @@ def validate_spec(spec: MountSpec, target: str = "") -> None:
             raise MountSpecError(
                 where, "subdir", f"{spec.subdir!r} must be a relative path without '.' or '..'"
             )
-    if spec.cache_size is not None and not _SIZE.fullmatch(spec.cache_size.strip()):
-        raise MountSpecError(where, "cache_size", f"{spec.cache_size!r} is not a size like 10GiB")
+    # the one size grammar (gitxet.settings): what is accepted here, the daemon can parse
+    for name in ("cache_size", "prefetch"):
+        value = getattr(spec, name)
+        if value is not None and not is_size(value):
+            raise MountSpecError(where, name, f"{value!r} is not a size like 10GiB or 512M")
     if spec.token is not None and not spec.token.strip():
         raise MountSpecError(where, "token", "is empty")
 
@@ -319,6 +323,10 @@ class SubprocessMounter:
         self.cache_dir = os.path.join(self.state_dir, "cache")
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+
+    def set_resolver(self, resolve: Callable[[MountSpec], str]) -> None:
+        """Replace the spec resolver (e.g. one that reaches http(s) repos via the node cache)."""
+        self._resolve = resolve
 
     # -- records
 

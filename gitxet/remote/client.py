@@ -38,7 +38,6 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -54,6 +53,7 @@ from gitxet.formats.shard import Shard, parse_shard
 from gitxet.formats.xorb import decode_chunks, verify_xorb
 from gitxet.hashing import chunk_hash, file_hash, to_hex
 from gitxet.remote import protocol as p
+from gitxet.settings import strip_credentials
 from gitxet.util.retry import Retry, RetryPolicy, retry_call
 
 __all__ = ["CASClient", "RetryPolicy", "discover"]
@@ -62,18 +62,6 @@ USER_AGENT = "gitxet"
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 TokenSource = str | Callable[[], str] | None
-
-
-def _redact(url: str) -> str:
-    """``url`` without userinfo and query (signatures and tokens stay out of messages)."""
-    try:
-        s = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    host = s.hostname or ""
-    if s.port:
-        host = f"{host}:{s.port}"
-    return urlunsplit((s.scheme, host, s.path, "", ""))
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
@@ -223,7 +211,7 @@ class CASClient:
         try:
             resp = self.http.request(method, url, headers=hdrs, content=content, json=json_body)
         except httpx.TransportError as e:
-            error = RemoteError(f"{what}: {type(e).__name__} talking to {_redact(url)}")
+            error = RemoteError(f"{what}: {type(e).__name__} talking to {strip_credentials(url)}")
             raise Retry(error) from None
         if resp.status_code in frozenset(ok):
             return resp
@@ -312,7 +300,7 @@ class CASClient:
             raise ValueError(f"inverted range {start}-{end}")
         want = end - start + 1
         buf = bytearray()  # kept across attempts: a retry resumes after the last byte
-        what = f"xorb range {_redact(url)}"
+        what = f"xorb range {strip_credentials(url)}"
 
         def attempt(_: int) -> bytes:
             hdrs = self._headers(auth=False)
@@ -353,7 +341,7 @@ class CASClient:
         try:
             return decode_chunks(raw, expected_count=fi.chunk_end - fi.chunk_start)
         except FormatError as e:
-            raise RemoteError(f"xorb range {_redact(fi.url)}: {e}") from None
+            raise RemoteError(f"xorb range {strip_credentials(fi.url)}: {e}") from None
 
     def iter_file(
         self,
@@ -796,6 +784,7 @@ def discover(
     """
     client = http or httpx.Client(timeout=30.0, follow_redirects=True)
     url = repo_url.rstrip("/") + p.DISCOVERY_SUFFIX
+    where = f"discovery at {strip_credentials(url)}"
     headers = {"User-Agent": USER_AGENT}
     auth: httpx.Auth | None = None
     if token is not None:
@@ -808,18 +797,18 @@ def discover(
                 else client.get(url, headers=headers)
             )
         except httpx.TransportError as e:
-            raise RemoteError(f"discovery at {_redact(url)}: {type(e).__name__}") from None
+            raise RemoteError(f"{where}: {type(e).__name__}") from None
         if r.status_code in (401, 403):
-            raise AuthError(f"discovery at {_redact(url)}: HTTP {r.status_code}", r.status_code)
+            raise AuthError(f"{where}: HTTP {r.status_code}", r.status_code)
         if r.status_code != 200:
             raise RemoteError(
-                f"discovery at {_redact(url)}: HTTP {r.status_code} (not a gitxet remote?)",
+                f"{where}: HTTP {r.status_code} (not a gitxet remote?)",
                 r.status_code,
             )
         try:
             doc = r.json()
         except ValueError:
-            raise RemoteError(f"discovery at {_redact(url)}: response is not JSON") from None
+            raise RemoteError(f"{where}: response is not JSON") from None
         return p.Discovery.from_json(doc)
     finally:
         if http is None:

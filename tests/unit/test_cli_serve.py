@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import keyring
-import keyring.backend
 import pytest
 import typer
 from typer.testing import CliRunner
 
-from gitxet.cli import _env, serve
+from gitxet.cli import serve
 from gitxet.server.auth import TokenStore
+from tests.helpers.keyring_backends import MemoryKeyring
 
 
 @pytest.fixture
@@ -68,42 +66,6 @@ def test_size_parser() -> None:
     assert serve._size("10KiB") == 10 << 10
     with pytest.raises(typer.BadParameter):
         serve._size("lots")
-
-
-class MemoryKeyring(keyring.backend.KeyringBackend):
-    priority = 1  # type: ignore[assignment]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.items: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.items.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.items[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        self.items.pop((service, username), None)
-
-
-@pytest.fixture
-def memkeyring() -> Iterator[MemoryKeyring]:
-    old = keyring.get_keyring()
-    kr = MemoryKeyring()
-    keyring.set_keyring(kr)
-    yield kr
-    keyring.set_keyring(old)
-
-
-def test_token_for_prefers_the_environment(
-    memkeyring: MemoryKeyring, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    memkeyring.set_password("gitxet", "http://h:1", "from-keyring")
-    assert _env.token_for("http://user:pw@h:1/data.git") == "from-keyring"
-    assert _env.token_for("http://other/x.git") is None
-    monkeypatch.setenv("GITXET_TOKEN", "from-env")
-    assert _env.token_for("http://h:1/data.git") == "from-env"
 
 
 def test_login_checks_and_stores_the_token(

@@ -178,7 +178,7 @@ def test_publish_mounts_through_the_mounter_and_is_idempotent(plugin: Plugin) ->
             "commit": "main",
             "subdir": "images/",
             "cacheSize": "10GiB",
-            "prefetch": "metadata",
+            "prefetch": "16M",
             "csi.storage.k8s.io/ephemeral": "true",
             "csi.storage.k8s.io/pod.name": "trainer-0",
         },
@@ -188,7 +188,7 @@ def test_publish_mounts_through_the_mounter_and_is_idempotent(plugin: Plugin) ->
     info = plugin.mounter.mounts[target]
     assert info.commit_sha == SHA1
     assert info.spec == MountSpec(
-        "/data/ds.git", "main", subdir="images", cache_size="10GiB", prefetch="metadata"
+        "/data/ds.git", "main", subdir="images", cache_size="10GiB", prefetch="16M"
     )
     assert plugin.mounter.tokens[target] == TOKEN
     # the same call again (kubelet retries, requiresRepublish): OK, no second mount
@@ -281,6 +281,10 @@ def test_unpublish_of_another_volume_is_not_found(plugin: Plugin) -> None:
         ({"volume_context": {"repo": "/data/ds.git", "commit": "main", "comit": "x"}}, "comit"),
         (
             {"volume_context": {"repo": "/data/ds.git", "commit": "main", "cacheSize": "lots"}},
+            "cache_size",
+        ),
+        (
+            {"volume_context": {"repo": "/data/ds.git", "commit": "main", "cacheSize": "1.5G"}},
             "cache_size",
         ),
         (

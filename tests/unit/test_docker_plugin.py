@@ -142,6 +142,10 @@ def test_http_errors(plugin: Plugin) -> None:
         ("v", {"repo": "/srv/data.git", "commit": "nope"}, "option 'commit'"),
         ("v", {"repo": "/srv/data.git", "commit": "main", "subdir": "../x"}, "option 'subdir'"),
         ("v", {"repo": "/srv/data.git", "commit": "main", "cache_size": "big"}, "cache_size"),
+        # sizes the mount daemon cannot parse are refused at create time (one grammar)
+        ("v", {"repo": "/srv/data.git", "commit": "main", "cache_size": "1.5G"}, "cache_size"),
+        ("v", {"repo": "/srv/data.git", "commit": "main", "cache_size": "5B"}, "cache_size"),
+        ("v", {"repo": "/srv/data.git", "commit": "main", "prefetch": "1.5M"}, "prefetch"),
         ("v", {"repo": "/srv/data.git", "commit": "main", "token_file": "rel"}, "absolute"),
         ("v", {"repo": "/srv/data.git", "commit": "main", "token_file": "/nope"}, "token_file"),
         (

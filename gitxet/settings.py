@@ -1,0 +1,323 @@
+"""The one settings source: every default, the size and boolean grammars, the token lookup.
+
+Besides ``gitxet.cli`` this is the only module that reads the environment. Everything that
+needs a cache directory, a cache size, the state directory or a token (the CLI, the mount
+daemons, ``xet://`` fsspec paths, the Docker and CSI plugins, git's credential helper) asks
+:class:`Settings` or the functions below, so they all agree under every variable.
+
+=====================  ====================================================================
+``GITXET_CACHE_DIR``   shared cache (chunks, git metadata mirrors, endpoints); default
+                       ``$XDG_CACHE_HOME/gitxet``, else ``~/.cache/gitxet``
+``GITXET_CACHE_SIZE``  cap of the chunk cache (default 10G)
+``GITXET_PREFETCH``    read-ahead of remote reads (default 4M)
+``GITXET_STATE_DIR``   mount records and daemon logs; default ``$XDG_STATE_HOME/gitxet``,
+                       else ``~/.local/state/gitxet``
+``GITXET_TOKEN``       the token for every gitxet server (beats the keyring)
+``GITXET_LAZY``        leave pointers on checkout (a boolean, like ``xet.lazy``)
+=====================  ====================================================================
+
+Token lookup, first hit wins: an explicit token (an option, a volume option, a CSI secret) >
+``GITXET_TOKEN`` > the keyring entry ``git xet login`` wrote for the server > the password of
+the URL's userinfo. Credentials never travel further than needed: :func:`strip_credentials`
+gives the URL every record, log, message and argv carries.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from gitxet.errors import ConfigError
+
+# ---- names and defaults (each written once) -----------------------------------------------
+
+CACHE_DIR_ENV = "GITXET_CACHE_DIR"
+CACHE_SIZE_ENV = "GITXET_CACHE_SIZE"
+PREFETCH_ENV = "GITXET_PREFETCH"
+STATE_DIR_ENV = "GITXET_STATE_DIR"
+TOKEN_ENV = "GITXET_TOKEN"
+LAZY_ENV = "GITXET_LAZY"
+
+DEFAULT_CACHE_BYTES = 10 << 30  # the shared chunk cache's cap
+DEFAULT_PREFETCH_BYTES = 4 << 20  # read-ahead past each remote fetch
+KEYRING_SERVICE = "gitxet"  # keyring entries: service "gitxet", user scheme://host[:port]
+TOKEN_USERNAME = "gitxet"  # the user name sent with a token in HTTP Basic auth
+
+# ---- sizes ---------------------------------------------------------------------------------
+
+#: The size grammar: a decimal integer, then optionally one of k/m/g/t (binary units, any
+#: case) followed optionally by ``b`` or ``ib``: ``1048576``, ``256k``, ``20g``, ``10GiB``,
+#: ``4 MB``. No fractions, no bare ``b``, no sign.
+SIZE_PATTERN = r"(?P<n>[0-9]+)[ \t]*(?:(?P<unit>[kmgtKMGT])(?:[iI]?[bB])?)?"
+_SIZE_RE = re.compile(SIZE_PATTERN, re.ASCII)
+_UNITS = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
+MAX_SIZE = 1 << 60  # anything bigger is a typo, not a cache
+
+
+def parse_size(text: str) -> int:
+    """``"256k"``, ``"1m"``, ``"10GiB"``, ``"20g"``, ``"1048576"`` -> bytes (binary units).
+
+    Raises:
+        ConfigError: ``text`` is not a size in that grammar (see :data:`SIZE_PATTERN`).
+    """
+    m = _SIZE_RE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if m is None or len(m.group("n")) > 20:
+        raise ConfigError(f"not a size: {text!r} (use e.g. 256k, 20g, 10GiB or 1048576)")
+    value = int(m.group("n")) << _UNITS[(m.group("unit") or "").lower()]
+    if value > MAX_SIZE:
+        raise ConfigError(f"size too large: {text!r}")
+    return value
+
+
+def _size(text: str | None, default: int) -> int:
+    return default if not text else parse_size(text)
+
+
+def is_size(text: str) -> bool:
+    """Whether :func:`parse_size` accepts ``text`` (for validators that must not raise)."""
+    try:
+        parse_size(text)
+    except ConfigError:
+        return False
+    return True
+
+
+# ---- booleans ------------------------------------------------------------------------------
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+
+def parse_bool(text: str, what: str = "value") -> bool:
+    """git's boolean words: true/yes/on/1 and false/no/off/0/empty, any case.
+
+    Raises:
+        ConfigError: anything else (naming ``what``).
+    """
+    t = text.strip().lower()
+    if t in _TRUE:
+        return True
+    if t in _FALSE:
+        return False
+    raise ConfigError(f"{what}: {text!r} is not a boolean (use true or false)")
+
+
+# ---- URLs and credentials ------------------------------------------------------------------
+
+
+def strip_credentials(url: str) -> str:
+    """``url`` without ``user:password@`` (and, for http(s), without query and fragment,
+    where signatures live). Non-URLs (local paths) come back unchanged."""
+    try:
+        s = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    if not s.scheme or not s.netloc:
+        return url
+    host = s.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = s.port
+    except ValueError:
+        port = None
+    netloc = host + (f":{port}" if port else "")
+    if s.scheme in ("http", "https"):
+        s = s._replace(query="", fragment="")
+    return s._replace(netloc=netloc).geturl()
+
+
+def url_token(url: str) -> str | None:
+    """The token a URL carries in its userinfo (the password, else a lone user name)."""
+    try:
+        s = urllib.parse.urlsplit(url)
+    except ValueError:
+        return None
+    secret = s.password if s.password else s.username
+    return urllib.parse.unquote(secret) if secret else None
+
+
+def server_key(url: str) -> str:
+    """The keyring entry of a server: ``scheme://host[:port]``, without credentials.
+
+    Raises:
+        ConfigError: ``url`` is not an http(s) URL.
+    """
+    try:
+        s = urllib.parse.urlsplit(url)
+        port = s.port
+    except ValueError:
+        raise ConfigError(f"not an http(s) URL: {url!r}") from None
+    if s.scheme not in ("http", "https") or not s.hostname:
+        raise ConfigError(f"not an http(s) URL: {strip_credentials(url)!r}")
+    host = f"[{s.hostname}]" if ":" in s.hostname else s.hostname
+    return f"{s.scheme}://{host}" + (f":{port}" if port else "")
+
+
+def keyring_token(url: str) -> str | None:
+    """The token ``git xet login`` stored for ``url``'s server, or ``None`` (also when no
+    keyring backend works on this machine)."""
+    import keyring
+    import keyring.errors
+
+    try:
+        return keyring.get_password(KEYRING_SERVICE, server_key(url))
+    except (keyring.errors.KeyringError, ConfigError):
+        return None
+    except RuntimeError:  # some backends raise plain errors when their service is down
+        return None
+
+
+def store_token(url: str, token: str) -> str:
+    """Store ``token`` for ``url``'s server in the keyring; returns the entry's key.
+
+    Raises:
+        ConfigError: not an http(s) URL, or no keyring backend can store it.
+    """
+    import keyring
+    import keyring.errors
+
+    key = server_key(url)
+    try:
+        keyring.set_password(KEYRING_SERVICE, key, token)
+    except (keyring.errors.KeyringError, RuntimeError) as e:
+        raise ConfigError(f"cannot store the token in the keyring: {e}") from None
+    return key
+
+
+def delete_token(url: str) -> bool:
+    """Forget the keyring entry of ``url``'s server; returns whether there was one."""
+    import keyring
+    import keyring.errors
+
+    try:
+        keyring.delete_password(KEYRING_SERVICE, server_key(url))
+    except keyring.errors.PasswordDeleteError:
+        return False
+    except (keyring.errors.KeyringError, RuntimeError) as e:
+        raise ConfigError(f"cannot change the keyring: {e}") from None
+    return True
+
+
+# ---- the settings ------------------------------------------------------------------------
+
+
+def _abspath_home(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(path))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings of this process (see the module docstring for the variables).
+
+    Build it with :meth:`load` (environment + explicit overrides); pass it down instead of
+    re-reading the environment. ``token`` is an explicit token, which beats every lookup.
+    """
+
+    cache_dir: str
+    cache_bytes: int
+    prefetch_bytes: int
+    state_dir: str
+    token: str | None = field(default=None, repr=False)
+    env_token: str | None = field(default=None, repr=False)
+    use_keyring: bool = True
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        cache_dir: str | None = None,
+        cache_size: str | None = None,
+        prefetch: str | None = None,
+        state_dir: str | None = None,
+        token: str | None = None,
+        env: Mapping[str, str] | None = None,
+        use_keyring: bool = True,
+    ) -> Settings:
+        """Settings from explicit values, else the environment (``env``, default
+        ``os.environ``), else the defaults.
+
+        Raises:
+            ConfigError: a malformed size.
+        """
+        e = os.environ if env is None else env
+        return cls(
+            cache_dir=cache_root(cache_dir, e),
+            cache_bytes=_size(cache_size or e.get(CACHE_SIZE_ENV), DEFAULT_CACHE_BYTES),
+            prefetch_bytes=_size(prefetch or e.get(PREFETCH_ENV), DEFAULT_PREFETCH_BYTES),
+            state_dir=state_root(state_dir, e),
+            token=token or None,
+            env_token=e.get(TOKEN_ENV) or None,
+            use_keyring=use_keyring,
+        )
+
+    def with_token(self, token: str | None) -> Settings:
+        """The same settings with an explicit token (``None``: keep the lookup)."""
+        return self if not token else replace(self, token=token)
+
+    def token_for(self, url: str) -> str | None:
+        """The token for ``url``: explicit > ``GITXET_TOKEN`` > keyring > URL userinfo."""
+        if self.token:
+            return self.token
+        if self.env_token:
+            return self.env_token
+        if self.use_keyring and url.startswith(("http://", "https://")):
+            found = keyring_token(url)
+            if found:
+                return found
+        return url_token(url)
+
+    def token_source(self, url: str) -> str | None:
+        """Where :meth:`token_for` finds the token: ``option``, ``GITXET_TOKEN``,
+        ``keyring``, ``url`` or ``None`` (for ``git xet env``; never the token itself)."""
+        if self.token:
+            return "option"
+        if self.env_token:
+            return TOKEN_ENV
+        if self.use_keyring and url.startswith(("http://", "https://")) and keyring_token(url):
+            return "keyring"
+        return "url" if url_token(url) else None
+
+
+def cache_root(override: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The shared cache directory: ``override`` > ``GITXET_CACHE_DIR`` >
+    ``$XDG_CACHE_HOME/gitxet`` > ``~/.cache/gitxet``."""
+    e = os.environ if env is None else env
+    if override:
+        return _abspath_home(override)
+    if e.get(CACHE_DIR_ENV):
+        return _abspath_home(e[CACHE_DIR_ENV])
+    base = e.get("XDG_CACHE_HOME") or os.path.join(e.get("HOME") or "~", ".cache")
+    return os.path.join(_abspath_home(base), "gitxet")
+
+
+def state_root(override: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The state directory (mount records, daemon logs): ``override`` > ``GITXET_STATE_DIR``
+    > ``$XDG_STATE_HOME/gitxet`` > ``~/.local/state/gitxet``."""
+    e = os.environ if env is None else env
+    if override:
+        return _abspath_home(override)
+    if e.get(STATE_DIR_ENV):
+        return _abspath_home(e[STATE_DIR_ENV])
+    base = e.get("XDG_STATE_HOME") or os.path.join(e.get("HOME") or "~", ".local", "state")
+    return os.path.join(_abspath_home(base), "gitxet")
+
+
+def lazy_default(env: Mapping[str, str] | None = None) -> bool | None:
+    """``GITXET_LAZY`` as a boolean, or ``None`` when unset (``xet.lazy`` then decides)."""
+    e = os.environ if env is None else env
+    value = e.get(LAZY_ENV)
+    return None if value is None else parse_bool(value, LAZY_ENV)
+
+
+def child_env(
+    extra: Mapping[str, str] | None = None, *, drop: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """This process's environment for a child process, minus ``drop``, plus ``extra``
+    (how lower layers hand a subprocess a secret without putting it in argv)."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(extra or {})
+    return env

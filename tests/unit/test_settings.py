@@ -1,0 +1,205 @@
+"""gitxet.settings: the size and boolean grammars, directories, the token lookup, and the rule
+that only ``cli`` and ``settings`` read the environment."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gitxet.errors import ConfigError, MountSpecError
+from gitxet.plugins.mounter import MountSpec, validate_spec
+from gitxet.settings import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_PREFETCH_BYTES,
+    SIZE_PATTERN,
+    Settings,
+    cache_root,
+    is_size,
+    parse_bool,
+    parse_size,
+    server_key,
+    state_root,
+    strip_credentials,
+    url_token,
+)
+from tests.contracts import env_uses, violations
+from tests.helpers.keyring_backends import MemoryKeyring
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("0", 0),
+        ("1048576", 1 << 20),
+        ("256k", 256 << 10),
+        ("1m", 1 << 20),
+        ("20g", 20 << 30),
+        ("10GiB", 10 << 30),
+        ("4 MB", 4 << 20),
+        ("2T", 2 << 40),
+        (" 96M ", 96 << 20),
+    ],
+)
+def test_sizes(text: str, value: int) -> None:
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize(
+    "text", ["", "1.5G", "5B", "b", "G", "-1", "+1", "1_000", "٥", "10 G B", "1e9", "lots", "1gg"]
+)
+def test_not_sizes(text: str) -> None:
+    with pytest.raises(ConfigError, match="size"):
+        parse_size(text)
+
+
+def test_size_cap() -> None:
+    with pytest.raises(ConfigError, match="too large"):
+        parse_size("99999999t")
+
+
+def _validator_accepts(text: str) -> bool:
+    try:
+        validate_spec(MountSpec("/r", "main", cache_size=text, prefetch=text))
+    except MountSpecError:
+        return False
+    return True
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(
+        st.from_regex(re.compile(SIZE_PATTERN), fullmatch=True),
+        st.from_regex(r"[0-9 .]{0,6}[kKmMgGtTbBiI ]{0,4}", fullmatch=True),
+        st.text(max_size=12),
+    )
+)
+def test_plugin_validator_and_parser_agree(text: str) -> None:
+    """What a Docker/CSI volume accepts at create time, the mount daemon can parse."""
+    if "\0" in text or "\n" in text or "\r" in text:
+        return  # refused for another reason (control characters), before the size rule
+    try:
+        parse_size(text)
+        parsed = True
+    except ConfigError:
+        parsed = False
+    assert _validator_accepts(text) == parsed == is_size(text)
+
+
+@pytest.mark.parametrize("text", ["1.5G", "5B"])
+def test_validator_refuses_what_the_daemon_cannot_parse(text: str) -> None:
+    with pytest.raises(MountSpecError, match="cache_size"):
+        validate_spec(MountSpec("/r", "main", cache_size=text))
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        *[("1", True), ("TRUE", True), ("yes", True), ("on", True), (" On ", True)],
+        *[("0", False), ("false", False), ("No", False), ("off", False), ("", False)],
+    ],
+)
+def test_booleans(text: str, value: bool) -> None:
+    assert parse_bool(text) is value
+
+
+def test_not_a_boolean_names_what() -> None:
+    with pytest.raises(ConfigError, match="GITXET_LAZY: 'maybe' is not a boolean"):
+        parse_bool("maybe", "GITXET_LAZY")
+
+
+def test_directories_follow_the_variables(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path / "h")}
+    assert cache_root(None, env) == str(tmp_path / "h" / ".cache" / "gitxet")
+    assert state_root(None, env) == str(tmp_path / "h" / ".local" / "state" / "gitxet")
+    env |= {"XDG_CACHE_HOME": str(tmp_path / "xc"), "XDG_STATE_HOME": str(tmp_path / "xs")}
+    assert cache_root(None, env) == str(tmp_path / "xc" / "gitxet")
+    assert state_root(None, env) == str(tmp_path / "xs" / "gitxet")
+    env |= {"GITXET_CACHE_DIR": str(tmp_path / "c"), "GITXET_STATE_DIR": str(tmp_path / "s")}
+    assert cache_root(None, env) == str(tmp_path / "c")
+    assert state_root(None, env) == str(tmp_path / "s")
+    assert cache_root(str(tmp_path / "o"), env) == str(tmp_path / "o")
+
+
+def test_settings_defaults_and_overrides(tmp_path: Path) -> None:
+    s = Settings.load(env={"HOME": str(tmp_path)})
+    assert (s.cache_bytes, s.prefetch_bytes) == (DEFAULT_CACHE_BYTES, DEFAULT_PREFETCH_BYTES)
+    s = Settings.load(env={"GITXET_CACHE_SIZE": "1G", "GITXET_PREFETCH": "0"})
+    assert (s.cache_bytes, s.prefetch_bytes) == (1 << 30, 0)
+    assert Settings.load(cache_size="2g", env={"GITXET_CACHE_SIZE": "1G"}).cache_bytes == 2 << 30
+    with pytest.raises(ConfigError):
+        Settings.load(env={"GITXET_CACHE_SIZE": "1.5G"})
+    assert "tok" not in repr(Settings.load(token="tok", env={"GITXET_TOKEN": "tok"}))
+
+
+def test_token_lookup_order(memkeyring: MemoryKeyring) -> None:
+    url = "http://user:from-url@h:1/data.git"
+    memkeyring.set_password("gitxet", "http://h:1", "from-keyring")
+    env = {"GITXET_TOKEN": "from-env"}
+    assert Settings.load(token="explicit", env=env).token_for(url) == "explicit"
+    assert Settings.load(env=env).token_for(url) == "from-env"
+    assert Settings.load(env={}).token_for(url) == "from-keyring"
+    assert Settings.load(env={}).token_source(url) == "keyring"
+    assert Settings.load(env={}).token_for("http://u:from-url@other/x.git") == "from-url"
+    assert Settings.load(env={}).token_for("http://other/x.git") is None
+    assert Settings.load(env={}, use_keyring=False).token_for(url) == "from-url"
+
+
+def test_no_keyring_backend_is_no_token() -> None:
+    # the sealed test env has the "fail" backend: like a server without a keyring service
+    assert Settings.load(env={}).token_for("http://h:1/x.git") is None
+
+
+@pytest.mark.parametrize(
+    ("url", "clean"),
+    [
+        ("http://u:secret@h:8080/d.git", "http://h:8080/d.git"),
+        ("https://secret@h/d.git?sig=abc#f", "https://h/d.git"),
+        ("http://[::1]:80/x", "http://[::1]:80/x"),
+        ("/srv/data.git", "/srv/data.git"),
+        ("file:///srv/data.git", "file:///srv/data.git"),
+    ],
+)
+def test_strip_credentials(url: str, clean: str) -> None:
+    assert strip_credentials(url) == clean
+    assert "secret" not in strip_credentials(url)
+
+
+def test_url_token_and_server_key() -> None:
+    assert url_token("http://u:p%40ss@h/x") == "p@ss"
+    assert url_token("http://tok@h/x") == "tok"
+    assert url_token("http://h/x") is None
+    assert server_key("http://u:p@H:81/x.git") == "http://h:81"
+    with pytest.raises(ConfigError):
+        server_key("ftp://h/x")
+    with pytest.raises(ConfigError) as info:
+        server_key("ssh://u:secret@h/x")
+    assert "secret" not in str(info.value)
+
+
+def test_environment_scanner_finds_every_form() -> None:
+    src = (
+        "import os\nimport os as o\nfrom os import environ\n"
+        "a = os.environ['X']\nb = o.getenv('Y')\nos.putenv('Z', '1')\nc = os.path.join\n"
+    )
+    found = {(u.line, u.what) for u in env_uses(src, "m")}
+    assert found == {
+        (3, "from os import environ"),
+        (4, "os.environ"),
+        (5, "o.getenv"),
+        (6, "os.putenv"),
+    }
+
+
+def test_only_cli_and_settings_read_the_environment() -> None:
+    import pkgutil
+
+    import gitxet
+
+    modules = ["gitxet"] + [
+        m.name for m in pkgutil.walk_packages(gitxet.__path__, "gitxet.") if "csi_pb2" not in m.name
+    ]
+    assert violations(modules, ["gitxet.cli", "gitxet.settings"]) == []
