@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, cast
 
+from gitxet.data.audit import DataLocation, count_unpushed, locate
 from gitxet.data.clean import Ingestor, IngestResult
 from gitxet.data.reconstruct import ChunkSource, FileReader
 from gitxet.data.sources import LayeredSource
@@ -595,15 +596,60 @@ class XetRepo:
                 check=False,
             )
 
-    def pending_uploads(self, remote: str | None = None) -> list[str]:
-        """Local shards the remote's CAS does not have (embedded remotes only)."""
+    # ---- where the data of history is (fsck, status, the repairing push) ---------------------
+
+    def ref_tips(self, all_refs: bool) -> list[str]:
+        """HEAD's commit, or (``all_refs``) that of every local branch and tag; [] if none."""
+        if not all_refs:
+            try:
+                return [process.rev_parse(self.cwd, "HEAD")]
+            except GitError:
+                return []
+        out = process.run_git(
+            ["for-each-ref", "--format=%(objectname)", "refs/heads", "refs/tags"], cwd=self.cwd
+        )
+        return list(dict.fromkeys(out.decode().split()))
+
+    def history_pointers(self, revs: Sequence[str]) -> list[tuple[str, Pointer]]:
+        """(path, pointer) of every pointer blob reachable from ``revs``, one per file."""
+        if not revs:
+            return []
+        seen: dict[str, tuple[str, Pointer]] = {}
+        blobs = [(b.oid, b.path) for b in process.small_blobs(self.cwd, revs)]
+        for path, ptr in self._read_pointers(blobs):
+            seen.setdefault(ptr.xet_hash, (os.fsdecode(path), ptr))
+        return list(seen.values())
+
+    def locate(
+        self, found: Sequence[tuple[str, Pointer]], remote: str | None, *, ask_remote: bool
+    ) -> list[DataLocation]:
+        """Where each file's data is (see :func:`gitxet.data.audit.locate`)."""
+        return locate(self.cas, self.remote(remote) if ask_remote else None, found)
+
+    def repair_push(
+        self, remote: str, revs: Sequence[str], progress: Progress | None = None
+    ) -> tuple[TransferSummary, list[DataLocation]]:
+        """Upload every file of ``revs``' history whose data is here and not on ``remote``.
+
+        Nothing is assumed from ``refs/remotes/*``: a ref pushed without its data (by a
+        clone without the hook) is repaired. Returns what moved and the files whose data is
+        neither here nor on the remote (nothing can upload those).
+        """
+        where = self.locate(self.history_pointers(revs), remote, ask_remote=True)
+        missing = [d for d in where if not d.local and not d.remote]
+        here = [d.pointer for d in where if d.local]
+        return self.push_data(remote, here, progress=progress), missing
+
+    def unpushed(self, remote: str | None = None) -> int | None:
+        """Files of the local branches' history whose data is here and not on an embedded
+        ``remote`` (what ``git xet push --all`` uploads); None for a server or no remote."""
         try:
             r = self.remote(remote)
         except ConfigError:
-            return list(self.cas.shard_names())
-        if isinstance(r, LocalDirRemote):
-            return [n for n in self.cas.shard_names() if not r.cas.has_shard(n)]
-        return []
+            return None
+        if not isinstance(r, LocalDirRemote):
+            return None
+        return count_unpushed(self.cas, r, self.history_pointers(self.ref_tips(True)))
 
 
 def _matches(path: bytes, pattern: str) -> bool:

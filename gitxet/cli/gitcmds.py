@@ -27,6 +27,7 @@ def register(app: typer.Typer) -> None:
     app.command("untrack")(untrack_cmd)
     app.command("add")(add_cmd)
     app.command("push")(push_cmd)
+    app.command("fsck")(fsck_cmd)
     app.command("pull")(pull_cmd)
     app.command("fetch")(fetch_cmd)
     app.command("clone")(clone_cmd)
@@ -43,13 +44,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _program() -> str:
-    """How git should call us back: ``git-xet`` if that is on PATH, else this interpreter."""
-    import shutil
-
-    found = shutil.which("git-xet")
-    if found:
-        return "git-xet"
-    return f"{sys.executable} -m gitxet"
+    return hot.program()
 
 
 def _open_repo(path: str = ".", **kw: object):  # type: ignore[no-untyped-def]
@@ -84,7 +79,7 @@ def install_cmd(
     ] = False,
 ) -> None:
     """Configure git's xet filter (global by default) and, in a repository, its hooks."""
-    from gitxet.git import config, hooks
+    from gitxet.git import config
 
     scope: ScopeOpt = "local" if local else "system" if system else "global"
     repo = _repo_root_or_none()
@@ -96,8 +91,18 @@ def install_cmd(
         f"git-xet: filter installed in the {scope} git config ({len(report.written)} keys written)"
     )
     if repo is not None:
-        hooks.install_hooks(repo, names=("pre-push",), program=program, on_conflict="chain")
-        _say("git-xet: pre-push hook installed")
+        _install_pre_push(repo, program)
+
+
+def _install_pre_push(repo: str, program: str) -> None:
+    """Install (or repair) the pre-push hook; a user hook is chained, never overwritten."""
+    from gitxet.git import hooks, process
+
+    (change,) = hooks.install_hooks(repo, names=("pre-push",), program=program, on_conflict="chain")
+    marker = process.git_dir(repo) / "xet" / "hook-warning"
+    marker.unlink(missing_ok=True)  # the filter warns again if the hook goes missing
+    what = {"chained": "installed (your hook runs first)", "unchanged": "already installed"}
+    _say(f"git-xet: pre-push hook {what.get(change.action, change.action)}: {change.path}")
 
 
 def uninstall_cmd(
@@ -279,25 +284,99 @@ def push_cmd(
     refspecs: Annotated[
         list[str] | None, typer.Argument(help="What to push (default: current branch).")
     ] = None,
+    all_refs: Annotated[
+        bool,
+        typer.Option("--all", help="Also the data of every local branch and tag."),
+    ] = False,
 ) -> None:
-    """Upload the data of the commits being pushed, then git push."""
+    """Upload every file's data the remote lacks in the history being pushed, then git push.
+
+    Unlike the pre-push hook, which sends only what the pushed commits add, this checks the
+    whole history of the refs against the remote's CAS: it repairs commits that reached the
+    remote without their data (pushed from a clone that had no hook). Data that is neither
+    in the local store nor on the remote is named, and nothing is pushed then.
+    """
+    from gitxet.cli._progress import human_size
+    from gitxet.git import process
+
     repo = _open_repo()
     name = remote or repo.default_remote()
     if name is None:
         raise typer.BadParameter("no remote to push to")
-    specs = refspecs or ["HEAD"]
-    revs = []
-    for s in specs:
+    revs = repo.ref_tips(all_refs=True) if all_refs else []
+    for s in refspecs or ([] if all_refs else ["HEAD"]):
         src = s.split(":", 1)[0].lstrip("+") or "HEAD"
-        from gitxet.git import process
-
         revs.append(process.rev_parse(repo.cwd, src))
-    known = name if name in _remotes(repo.cwd) else None
-    pointers = repo.pointers_to_push(revs, (), known)
     with byte_progress("uploading", None) as advance:
-        summary = repo.push_data(name, pointers, progress=advance)
-    _say(f"git-xet: data for {summary.files} files uploaded ({summary.xorbs_sent} xorbs sent)")
+        summary, missing = repo.repair_push(name, revs, progress=advance)
+    _say(
+        f"git-xet: data of {summary.files} file(s) checked against {name}: "
+        f"{summary.xorbs_sent} xorb(s) and {summary.shards_sent} shard(s) uploaded "
+        f"({human_size(summary.bytes_sent)}), {summary.xorbs_skipped} xorb(s) already there"
+    )
+    for d in missing:
+        _say(f"git-xet: {d.path}: data neither in the local store nor on {name}")
+    if missing:
+        _say("git-xet: nothing pushed: add those files again, or fetch their data first")
+        raise typer.Exit(1)
     _git(["push", name, *(refspecs or [])], cwd=repo.cwd, env={"GITXET_SKIP_PREPUSH": "1"})
+
+
+def fsck_cmd(
+    all_refs: Annotated[
+        bool, typer.Option("--all", help="Every pointer in the history of all branches and tags.")
+    ] = False,
+    remote: Annotated[
+        str | None, typer.Option("--remote", help="Remote to ask (default: origin).")
+    ] = None,
+) -> None:
+    """Verify the local store, and say where the data of HEAD's pointer files is.
+
+    Every xorb in the local store is re-hashed and every shard checked. Each pointer file of
+    HEAD (with --all: of the whole history of every branch and tag) is then found in the
+    local store or, failing that, on the remote. Exits 1 when the store is damaged or some
+    file's data is nowhere to be had.
+    """
+    from gitxet.cli._progress import human_size
+    from gitxet.data.audit import verify_store
+    from gitxet.errors import ConfigError, RemoteError
+
+    repo = _open_repo()
+    total = repo.cas.stats().xorb_bytes
+    with byte_progress("verifying", total or None) as advance:
+        report = verify_store(repo.cas, advance)
+    for p in report.problems:
+        typer.echo(f"damaged  {p.kind} {p.name}: {p.reason}")
+    typer.echo(
+        f"local store: {report.xorbs} xorb(s) ({human_size(total)}), {report.shards} shard(s), "
+        f"{len(report.problems)} damaged"
+    )
+    if all_refs:
+        found, scope = repo.history_pointers(repo.ref_tips(all_refs=True)), "all branches and tags"
+    else:
+        found, scope = [(f.path, f.pointer) for f in repo.pointer_files("HEAD")], "HEAD"
+    name = remote or repo.default_remote()
+    try:
+        where = repo.locate(found, name, ask_remote=name is not None)
+        asked = name
+    except (ConfigError, RemoteError) as exc:
+        typer.echo(f"remote not asked: {exc}")
+        where, asked = repo.locate(found, None, ask_remote=False), None
+    local = sum(d.local for d in where)
+    remote_only = [d for d in where if not d.local and d.remote]
+    missing = [d for d in where if not d.local and not d.remote]
+    for d in missing:
+        elsewhere = f"not on {asked}" if asked else "no remote asked"
+        typer.echo(
+            f"missing  {d.path}: not in the local store, {elsewhere} "
+            f"(xet {d.pointer.xet_hash[:16]}, {d.pointer.size:,} bytes)"
+        )
+    typer.echo(
+        f"pointer files in {scope}: {len(where)}: {local} in the local store, "
+        f"{len(remote_only)} only on {asked or 'the remote'}, {len(missing)} missing"
+    )
+    if report.problems or missing:
+        raise typer.Exit(1)
 
 
 def clone_cmd(
@@ -448,18 +527,20 @@ def pull_cmd(
 
 
 def status_cmd() -> None:
-    """Pending uploads and which pointer files are materialized."""
+    """Which pointer files are materialized, and how many files' data the remote lacks."""
     repo = _open_repo()
     files = repo.pointer_files("HEAD")
     mat = [f for f in files if f.materialized]
     ptr = [f for f in files if not f.materialized]
-    pending = repo.pending_uploads()
+    unpushed = repo.unpushed()
     typer.echo(
         f"pointer files in HEAD: {len(files)} ({len(mat)} materialized, {len(ptr)} pointers)"
     )
     for f in ptr:
         typer.echo(f"  pointer       {f.path} ({f.pointer.size:,} bytes)")
-    typer.echo(f"shards not yet on the remote: {len(pending)}")
+    if unpushed is not None:
+        hint = " ('git xet push --all' uploads them)" if unpushed else ""
+        typer.echo(f"files whose data {repo.default_remote()} lacks: {unpushed}{hint}")
     _git(["status", "--short"], cwd=repo.cwd)
 
 

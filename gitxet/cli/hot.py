@@ -17,6 +17,49 @@ from typing import Any
 from gitxet.cli._errors import describe
 
 
+def program() -> str:
+    """How git should call us back: ``git-xet`` if that is on PATH, else this interpreter."""
+    import shutil
+
+    return "git-xet" if shutil.which("git-xet") else f"{sys.executable} -m gitxet"
+
+
+def ensure_hooks(repo: Any) -> None:
+    """Give a repository the filter runs in gitxet's pre-push hook if it lacks one.
+
+    git-lfs does the same from its filter: whatever made the repository (plain ``git
+    clone``, a CI checkout), the filter ran in it before any push of its pointers can
+    happen. A hook that cannot be installed (a user hook already chaining another, a shared
+    ``core.hooksPath``) is reported once per repository, never overwritten.
+    """
+    from gitxet.errors import GitxetError
+    from gitxet.git.hooks import ensure_hook
+
+    if repo.worktree is None:
+        return
+    try:
+        change = ensure_hook(repo.cwd, "pre-push", program())
+    except GitxetError as exc:
+        reason = describe(exc)[0]
+    else:
+        if change.action != "foreign":
+            return
+        reason = f"{change.path} is not gitxet's hook"
+    marker = repo.git_dir / "xet" / "hook-warning"
+    if marker.exists():
+        return
+    try:
+        marker.write_text(reason + "\n", encoding="utf-8")
+    except OSError:
+        pass
+    print(
+        f"git-xet: warning: pre-push hook not installed ({reason}); a push will not upload "
+        "file data: run 'git xet install' here, or call 'git xet pre-push' from your hook",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def open_repo(path: str = ".", **kw: Any) -> Any:
     """The repository at ``path``, configured from the environment (the CLI's job)."""
     from gitxet.repo import HttpAccess, XetRepo
@@ -32,6 +75,7 @@ def filter_process() -> None:
     from gitxet.git.filter_protocol import serve
 
     repo = open_repo()
+    ensure_hooks(repo)
 
     def on_error(command: str, path: str, exc: BaseException) -> None:
         msg, _ = describe(exc)
@@ -42,12 +86,15 @@ def filter_process() -> None:
 
 def clean(path: str = "") -> None:
     """One-shot clean filter (stdin -> stdout)."""
-    open_repo().clean(path, sys.stdin.buffer, sys.stdout.buffer)
+    repo = open_repo()
+    ensure_hooks(repo)
+    repo.clean(path, sys.stdin.buffer, sys.stdout.buffer)
 
 
 def smudge(path: str = "") -> None:
     """One-shot smudge filter (stdin -> stdout); spooled so git never gets half a file."""
     repo = open_repo()
+    ensure_hooks(repo)
     with tempfile.SpooledTemporaryFile(64 << 20) as buf:
         repo.smudge(path, sys.stdin.buffer, buf)
         buf.seek(0)

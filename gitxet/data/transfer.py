@@ -62,6 +62,12 @@ class LocalDirRemote:
     def shards_for_file(self, file_hash: bytes) -> list[bytes]:
         return [self.cas.shard_bytes(n) for n in sorted(self.cas.shards_for_files([file_hash]))]
 
+    def has_file(self, file_hash: bytes) -> bool:
+        return bool(self.cas.shards_for_files([file_hash]))
+
+    def has_shard(self, name: str) -> bool:
+        return self.cas.has_shard(name)
+
     def download_xorb(self, xorb_hash: bytes) -> bytes:
         return self.cas.xorb_body(xorb_hash, verify=False)  # the receiver's put_xorb verifies
 
@@ -134,6 +140,9 @@ def push_files(
                 continue  # uploaded by someone else (another clone, hf_xet): nothing to send
             raise FileNotFoundInCASError(to_hex(fh))
         shard_names.update(names)
+    has_shard = getattr(remote, "has_shard", None)  # remotes that can tell cheaply
+    if has_shard is not None:
+        shard_names = {n for n in shard_names if not has_shard(n)}
     shards = {n: local.shard_bytes(n) for n in sorted(shard_names)}
     xorbs: set[bytes] = set()
     for data in shards.values():

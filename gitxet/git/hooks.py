@@ -9,6 +9,13 @@ first with the same arguments and input; uninstalling moves it back.
 
 Hooks go where git looks for them (``git rev-parse --git-path hooks``), so
 ``core.hooksPath`` is respected.
+
+:func:`ensure_hook` is what the filter runs in every repository it starts in (as git-lfs
+installs its hooks from its filter commands): a repository obtained by any means (plain
+``git clone``, a CI checkout) so gets the pre-push hook before its first push. It writes
+only into the repository's own git directory: a ``core.hooksPath`` elsewhere (shared by
+several repositories, or committed) is left to the user, and so is a user hook that cannot
+be chained.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ __all__ = [
     "HOOK_NAMES",
     "HookChange",
     "PushRef",
+    "ensure_hook",
     "hooks_dir",
     "install_hooks",
     "is_gitxet_hook",
@@ -159,6 +167,43 @@ def install_hooks(
                 raise GitError(f"cannot write {path}: {exc}") from exc
         changes.append(HookChange(name, path, action))
     return changes
+
+
+def ensure_hook(
+    repo: PathArg,
+    name: str = "pre-push",
+    program: str | Sequence[str] = DEFAULT_PROGRAM,
+) -> HookChange:
+    """Make sure gitxet's hook ``name`` runs in ``repo``, changing as little as possible.
+
+    A gitxet hook already there is left as it is (``unchanged``). A missing one is
+    ``created``; a user hook is ``chained`` (moved aside, run first by ours). The action is
+    ``foreign`` (nothing written; the caller should warn) when a user hook is in the way
+    and already has a chained one, or when git runs hooks from a directory outside the
+    repository's git directory (``core.hooksPath``).
+    """
+    out = run_git(["rev-parse", "--git-path", "hooks", "--git-common-dir"], repo)
+    lines = [Path(os.fsdecode(line)) for line in out.splitlines()]
+    if len(lines) != 2:
+        raise GitError(f"unexpected rev-parse output {out[:200]!r}")
+    directory, common = (p if p.is_absolute() else Path(repo) / p for p in lines)
+    path = directory / name
+    if is_gitxet_hook(path):
+        return HookChange(name, path, "unchanged")
+    if not _inside(directory, common):
+        return HookChange(name, path, "foreign")
+    try:
+        return install_hooks(repo, (name,), program, on_conflict="chain")[0]
+    except HookConflictError:
+        return HookChange(name, path, "foreign")
+
+
+def _inside(path: Path, parent: Path) -> bool:
+    try:
+        path.resolve().relative_to(parent.resolve())
+    except ValueError:
+        return False
+    return True
 
 
 def uninstall_hooks(repo: PathArg, names: Sequence[str] = HOOK_NAMES) -> list[HookChange]:

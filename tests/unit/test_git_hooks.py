@@ -15,6 +15,7 @@ from gitxet.git.hooks import (
     HOOK_MARKER,
     HOOK_NAMES,
     PushRef,
+    ensure_hook,
     hooks_dir,
     install_hooks,
     is_gitxet_hook,
@@ -86,6 +87,34 @@ def test_user_hook_is_never_clobbered(git_repo: Path) -> None:
     assert (directory / "post-merge").read_bytes() == USER_HOOK
     assert not is_gitxet_hook(directory / "post-merge")
     assert not is_gitxet_hook(directory)  # a directory is not our hook either
+
+
+def test_ensure_hook_creates_chains_and_never_writes_outside(
+    git_repo: Path, tmp_path: Path
+) -> None:
+    directory = hooks_dir(git_repo)
+    assert ensure_hook(git_repo).action == "created"
+    assert ensure_hook(git_repo).action == "unchanged"
+    (directory / "pre-push").unlink()
+    (directory / "pre-push").write_bytes(USER_HOOK)
+    assert ensure_hook(git_repo).action == "chained"
+    assert (directory / ("pre-push" + CHAINED_SUFFIX)).read_bytes() == USER_HOOK
+    # a user hook with one already parked: nothing written, the caller warns
+    (directory / "pre-push").write_bytes(USER_HOOK)
+    assert ensure_hook(git_repo).action == "foreign"
+    assert (directory / "pre-push").read_bytes() == USER_HOOK
+    # from a linked worktree: the shared hooks directory is inside the common git dir
+    (directory / "pre-push").unlink()
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=git_repo, check=True)
+    wt = tmp_path / "wt"
+    subprocess.run(["git", "worktree", "add", "-q", str(wt)], cwd=git_repo, check=True)
+    assert ensure_hook(wt).action == "created"
+    assert is_gitxet_hook(directory / "pre-push")
+    # core.hooksPath outside the repository: left alone
+    shared = tmp_path / "shared"
+    subprocess.run(["git", "config", "core.hooksPath", str(shared)], cwd=git_repo, check=True)
+    assert ensure_hook(git_repo).action == "foreign"
+    assert not shared.exists()
 
 
 def test_chain_moves_user_hook_aside_and_restores_it(git_repo: Path) -> None:

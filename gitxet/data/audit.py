@@ -1,0 +1,156 @@
+"""Where a file's data is, and whether a store is sound: what ``fsck``, ``status`` and the
+repairing ``push`` ask.
+
+A file is *local* when the store has a shard describing it and every xorb its terms name;
+it is on a remote when the remote knows a shard for it (a remote's shards are accepted only
+once their xorbs are there, so that is enough). :func:`verify_store` re-reads a whole store:
+every xorb's footer must hash to its name and every chunk to its footer entry, every shard
+must parse, be named by its hash and name only xorbs that are present.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from gitxet.data.transfer import CASRemote
+from gitxet.errors import FormatError, GitxetError
+from gitxet.formats import shard as shardfmt
+from gitxet.formats.pointer import Pointer
+from gitxet.hashing import chunk_hash, from_hex, to_hex
+from gitxet.store.cas import LocalCAS
+
+__all__ = [
+    "DataLocation",
+    "StoreProblem",
+    "StoreReport",
+    "count_unpushed",
+    "is_local",
+    "locate",
+    "on_remote",
+    "verify_store",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DataLocation:
+    """Where the data of a pointer file is: the local store, the remote (None: not asked)."""
+
+    path: str
+    pointer: Pointer
+    local: bool
+    remote: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreProblem:
+    """One damaged or inconsistent object of a store."""
+
+    kind: str  # "xorb" or "shard"
+    name: str  # hex
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoreReport:
+    """What :func:`verify_store` looked at and found."""
+
+    xorbs: int
+    shards: int
+    problems: tuple[StoreProblem, ...]
+
+
+def is_local(cas: LocalCAS, file_hash: bytes) -> bool:
+    """Whether ``cas`` alone can reconstruct the file (the empty file always can)."""
+    if file_hash == bytes(32):
+        return True
+    info = cas.file_info(file_hash)
+    return info is not None and all(cas.has_xorb(t.xorb_hash) for t in info.terms)
+
+
+def on_remote(remote: CASRemote, file_hash: bytes) -> bool:
+    """Whether ``remote`` can serve the file.
+
+    Raises:
+        RemoteError: the remote could not be asked.
+    """
+    if file_hash == bytes(32):
+        return True
+    has_file: Callable[[bytes], bool] | None = getattr(remote, "has_file", None)
+    if has_file is not None:
+        return has_file(file_hash)
+    return bool(remote.shards_for_file(file_hash))
+
+
+def locate(
+    cas: LocalCAS, remote: CASRemote | None, found: Sequence[tuple[str, Pointer]]
+) -> list[DataLocation]:
+    """Where the data of each ``(path, pointer)`` is; ``remote`` is asked only about the
+    files ``cas`` lacks (and not at all when None)."""
+    out: list[DataLocation] = []
+    for path, ptr in found:
+        fh = from_hex(ptr.xet_hash)
+        local = is_local(cas, fh)
+        there = None if local or remote is None else on_remote(remote, fh)
+        out.append(DataLocation(path, ptr, local, there))
+    return out
+
+
+def count_unpushed(cas: LocalCAS, remote: CASRemote, found: Sequence[tuple[str, Pointer]]) -> int:
+    """How many of the files have their data in ``cas`` but not on ``remote``."""
+    n = 0
+    for _, ptr in found:
+        fh = from_hex(ptr.xet_hash)
+        if is_local(cas, fh) and not on_remote(remote, fh):
+            n += 1
+    return n
+
+
+def verify_store(cas: LocalCAS, progress: Callable[[int], None] | None = None) -> StoreReport:
+    """Read and check every xorb and shard of ``cas``; ``progress`` gets bytes read."""
+    problems: list[StoreProblem] = []
+    xorbs = 0
+    for x in cas.xorb_hashes():
+        xorbs += 1
+        try:
+            body = cas.xorb_body(x, verify=True)
+        except GitxetError as exc:
+            problems.append(StoreProblem("xorb", to_hex(x), _reason(exc)))
+            continue
+        if progress is not None:
+            progress(len(body))
+    shards = 0
+    for name in cas.shard_names():
+        shards += 1
+        problem = _check_shard(cas, name)
+        if problem is not None:
+            problems.append(StoreProblem("shard", name, problem))
+    return StoreReport(xorbs, shards, tuple(problems))
+
+
+def _check_shard(cas: LocalCAS, name: str) -> str | None:
+    try:
+        data = cas.shard_bytes(name)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if to_hex(chunk_hash(data)) != name:
+        return "content does not match its name"
+    try:
+        shard = shardfmt.parse_shard(data)
+    except FormatError as exc:
+        return _reason(exc)
+    missing = _missing_xorbs(cas, shard)
+    if missing:
+        return f"names xorb {to_hex(missing[0])}, which is not in the store"
+    return None
+
+
+def _missing_xorbs(cas: LocalCAS, shard: shardfmt.Shard) -> list[bytes]:
+    named: Iterable[bytes] = {t.xorb_hash for f in shard.files for t in f.terms} | {
+        x.xorb_hash for x in shard.xorbs
+    }
+    return sorted(x for x in named if not cas.has_xorb(x))
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__

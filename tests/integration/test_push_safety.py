@@ -1,0 +1,147 @@
+"""Every clone can push safely: hooks from the filter, the repair verb, fsck (issue 13)."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+POINTER_PREFIX = b"version https://gitxet.dev/spec/v1\n"
+
+
+@pytest.fixture(autouse=True)
+def gitxet_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """git calls ``git-xet`` back: make sure it is this interpreter's."""
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+
+
+def run(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=240)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{args} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def git(*args: str, cwd: Path) -> str:
+    return run("git", *args, cwd=cwd).stdout
+
+
+def xet(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return run("git-xet", *args, cwd=cwd, check=check)
+
+
+def origin_with_data(tmp: Path) -> tuple[Path, dict[str, bytes]]:
+    """A bare remote holding one commit with a pointer file, pushed by a `git xet init` repo."""
+    remote = tmp / "remote.git"
+    work = tmp / "origin"
+    git("init", "-q", "--bare", str(remote), cwd=tmp)
+    git("init", "-q", str(work), cwd=tmp)
+    git("remote", "add", "origin", str(remote), cwd=work)
+    xet("init", cwd=work)
+    files = {"a.bin": random.Random(1).randbytes(600_000), "small.txt": b"small\n"}
+    for name, data in files.items():
+        (work / name).write_bytes(data)
+    git("add", ".", cwd=work)
+    git("commit", "-q", "-m", "one", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    return remote, files
+
+
+def test_plain_clone_gets_the_hook_and_a_plain_push_uploads(tmp_path: Path) -> None:
+    remote, files = origin_with_data(tmp_path)
+    xet("install", cwd=tmp_path)  # global filter config only
+    plain = tmp_path / "plain"
+    git("clone", "-q", str(remote), str(plain), cwd=tmp_path)
+    assert (plain / "a.bin").read_bytes() == files["a.bin"]
+    hook = plain / ".git" / "hooks" / "pre-push"
+    assert hook.exists() and b"# gitxet hook" in hook.read_bytes()
+
+    new = random.Random(2).randbytes(2 << 20)
+    (plain / "new.bin").write_bytes(new)
+    git("add", "new.bin", cwd=plain)
+    git("commit", "-q", "-m", "new", cwd=plain)
+    assert git("cat-file", "-p", "HEAD:new.bin", cwd=plain).encode().startswith(POINTER_PREFIX)
+    git("push", "-q", "origin", "main", cwd=plain)
+
+    third = tmp_path / "third"
+    git("clone", "-q", str(remote), str(third), cwd=tmp_path)
+    assert (third / "new.bin").read_bytes() == new
+    assert (third / "a.bin").read_bytes() == files["a.bin"]
+
+
+def test_filter_chains_a_user_hook_and_warns_once_when_it_cannot(tmp_path: Path) -> None:
+    remote, _ = origin_with_data(tmp_path)
+    xet("install", cwd=tmp_path)
+    clone = tmp_path / "clone"
+    git("clone", "-q", "--no-checkout", str(remote), str(clone), cwd=tmp_path)
+    hooks = clone / ".git" / "hooks"
+    hooks.mkdir(exist_ok=True)
+    (hooks / "pre-push").write_bytes(b"#!/bin/sh\necho user hook >&2\n")
+    (hooks / "pre-push").chmod(0o755)
+    git("checkout", "-q", "main", cwd=clone)
+    assert (hooks / "pre-push.gitxet-chained").read_bytes() == b"#!/bin/sh\necho user hook >&2\n"
+    assert b"# gitxet hook" in (hooks / "pre-push").read_bytes()
+
+    # a hooks directory outside the repository (core.hooksPath) is never written to
+    shared = tmp_path / "shared-hooks"
+    shared.mkdir()
+    other = tmp_path / "other"
+    git("clone", "-q", "--no-checkout", str(remote), str(other), cwd=tmp_path)
+    git("config", "core.hooksPath", str(shared), cwd=other)
+    r = run("git", "checkout", "main", cwd=other)
+    assert "pre-push hook not installed" in r.stderr
+    assert list(shared.iterdir()) == []
+    (other / "a.bin").unlink()
+    r = run("git", "checkout", "--", "a.bin", cwd=other)
+    assert "pre-push hook not installed" not in r.stderr  # once per repository
+    # `git xet install` in the repository repairs what it can, and says where
+    r = xet("install", cwd=other)
+    assert (shared / "pre-push").exists()
+
+
+def test_push_repairs_a_ref_pushed_without_its_data_and_fsck_says_where(tmp_path: Path) -> None:
+    remote, _ = origin_with_data(tmp_path)
+    xet("install", cwd=tmp_path)
+    plain = tmp_path / "plain"
+    git("clone", "-q", str(remote), str(plain), cwd=tmp_path)
+    new = random.Random(3).randbytes(1 << 20)
+    (plain / "new.bin").write_bytes(new)
+    git("add", "new.bin", cwd=plain)
+    git("commit", "-q", "-m", "new", cwd=plain)
+    # what a clone without the hook did: the pointer reaches the remote, the data does not
+    env = {**os.environ, "GITXET_SKIP_PREPUSH": "1"}
+    subprocess.run(["git", "push", "-q", "origin", "main"], cwd=plain, env=env, check=True)
+
+    lazy = tmp_path / "lazy"
+    xet("clone", "--lazy", str(remote), str(lazy), cwd=tmp_path)
+    r = xet("fsck", cwd=lazy, check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "missing  new.bin: not in the local store, not on origin" in r.stdout
+    assert "1 only on origin, 1 missing" in r.stdout
+
+    assert "files whose data origin lacks: 1" in xet("status", cwd=plain).stdout
+    r = xet("push", cwd=plain)
+    assert "1 xorb(s) and 1 shard(s) uploaded" in r.stderr, r.stderr
+    assert "files whose data origin lacks: 0" in xet("status", cwd=plain).stdout
+    assert "0 xorb(s) and 0 shard(s) uploaded" in xet("push", "--all", cwd=plain).stderr
+
+    r = xet("fsck", "--all", cwd=lazy)
+    assert "2 only on origin, 0 missing" in r.stdout
+    xet("checkout", cwd=lazy)
+    assert (lazy / "new.bin").read_bytes() == new
+    assert "2 in the local store, 0 only on origin, 0 missing" in xet("fsck", cwd=lazy).stdout
+
+    # a damaged xorb in the local store is named
+    (xorb,) = [p for p in (plain / ".git" / "xet" / "xorbs").rglob("*") if p.is_file()][:1]
+    raw = bytearray(xorb.read_bytes())
+    raw[100] ^= 0xFF
+    xorb.write_bytes(bytes(raw))
+    r = xet("fsck", cwd=plain, check=False)
+    assert r.returncode == 1 and f"damaged  xorb {xorb.name}" in r.stdout, r.stdout
+    assert "Traceback" not in r.stderr
