@@ -64,18 +64,53 @@ def serve_cmd(
         typer.Option(help="Base URL clients reach this server at (behind a load balancer)."),
     ] = None,
     url_ttl: Annotated[int, typer.Option(help="Seconds a signed data URL stays valid.")] = 3600,
+    max_header_bytes: Annotated[
+        str, typer.Option("--max-header-bytes", help="Largest request line + headers (431).")
+    ] = "64K",
+    max_headers: Annotated[
+        int, typer.Option("--max-headers", help="Most header lines in a request (431).")
+    ] = 100,
+    header_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a client has to send a whole request head (408, closed)."),
+    ] = 10.0,
+    body_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds without a byte of a request body before closing."),
+    ] = 60.0,
+    keep_alive_timeout: Annotated[
+        int, typer.Option(help="Seconds an idle kept-alive connection stays open.")
+    ] = 30,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            help="Most open connections; over it the least recently active idle one is closed."
+        ),
+    ] = 1000,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve git repositories and the Xet CAS API over HTTP (Ctrl-C stops gracefully)."""
     import logging
 
-    from gitxet.server.run import ServerConfig, build_state, serve
+    from gitxet.errors import ConfigError
+    from gitxet.server.run import Limits, ServerConfig, build_state, serve
 
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.INFO),
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    try:
+        limits = Limits(
+            max_header_bytes=_size(max_header_bytes),
+            max_headers=max_headers,
+            header_timeout=header_timeout,
+            body_timeout=body_timeout,
+            keep_alive_timeout=keep_alive_timeout,
+            max_connections=max_connections,
+        )
+    except ConfigError as e:
+        raise typer.BadParameter(str(e)) from None
     cfg = ServerConfig(
         root=root,
         host=host,
@@ -85,6 +120,7 @@ def serve_cmd(
         max_git_body=_size(max_git_body),
         public_url=public_url,
         url_ttl=url_ttl,
+        limits=limits,
     )
     state = build_state(cfg)
     logging.getLogger("gitxet.server").info(

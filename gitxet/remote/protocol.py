@@ -34,6 +34,7 @@ __all__ = [
     "chunk_route",
     "crc64nvme",
     "format_range",
+    "parse_decimal",
     "parse_range_header",
     "xorb_commit_route",
     "xorb_grant_route",
@@ -88,7 +89,19 @@ def chunk_route(chunk_hex: str, prefix: str = DEFAULT_PREFIX) -> str:
 
 # ---------------------------------------------------------------------------- ranges
 
-_RANGE_RE = re.compile(r"^bytes=(\d{1,19})-(\d{0,19})$")
+_RANGE_RE = re.compile(r"bytes=([0-9]{1,19})-([0-9]{0,19})")
+_DECIMAL_RE = re.compile(r"[0-9]+")
+
+
+def parse_decimal(text: str, max_digits: int = 19) -> int | None:
+    """A non-negative decimal of ASCII digits only, or ``None``.
+
+    ``str.isdigit`` and ``\\d`` accept other scripts' digits and marks such as ``²`` (which
+    ``int`` then refuses or reads as a number), so untrusted fields go through this.
+    """
+    if len(text) > max_digits or not _DECIMAL_RE.fullmatch(text):
+        return None
+    return int(text)
 
 
 def parse_range_header(value: str) -> tuple[int, int | None]:
@@ -99,7 +112,7 @@ def parse_range_header(value: str) -> tuple[int, int | None]:
     Raises:
         ValueError: anything else, or ``b < a``.
     """
-    m = _RANGE_RE.match(value.strip())
+    m = _RANGE_RE.fullmatch(value.strip())
     if m is None:
         raise ValueError(f"unsupported Range header {value[:60]!r}")
     a = int(m.group(1))
@@ -466,9 +479,10 @@ def parse_grant_request(doc: Any) -> tuple[int, int | None]:
     if algo.lower() != "crc64nvme":
         return length, None
     value = _str(co.get("value"), "checksum.value")
-    if not value.isdigit() or int(value) >= 1 << 64:
+    crc = parse_decimal(value, 20)
+    if crc is None or crc >= 1 << 64:
         raise _bad("checksum.value", "not a decimal u64")
-    return length, int(value)
+    return length, crc
 
 
 # ---------------------------------------------------------------------------- discovery

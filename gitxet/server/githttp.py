@@ -275,7 +275,7 @@ def _parse_cgi_headers(raw: bytes) -> tuple[int, list[tuple[str, str]]]:
         value = value.strip()
         if name.lower() == "status":
             code = value.split(" ", 1)[0]
-            status = int(code) if code.isdigit() else 500
+            status = int(code) if len(code) == 3 and code.isascii() and code.isdigit() else 500
         else:
             headers.append((name.strip(), value))
     return status, headers

@@ -32,10 +32,11 @@ from gitxet.server.auth import TokenStore, valid_repo_name
 from gitxet.server.backends import Backend, open_backend
 from gitxet.server.githttp import GitHttpBackend
 from gitxet.server.index import CasIndex
+from gitxet.server.limits import Limits, protocol_class
 from gitxet.server.service import CasService
 from gitxet.server.signing import UrlSigner, load_or_create_key
 
-__all__ = ["BackgroundServer", "ServerConfig", "build_state", "create_repo", "serve"]
+__all__ = ["BackgroundServer", "Limits", "ServerConfig", "build_state", "create_repo", "serve"]
 
 #: Default CAS body limit: a full xorb (64 MiB plus headers) with room to spare.
 DEFAULT_MAX_BODY = 96 << 20
@@ -55,6 +56,7 @@ class ServerConfig:
     url_ttl: int = 3600
     graceful_timeout: float = 30.0
     git_env: Mapping[str, str] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
 
 
 def repos_dir(root: str) -> str:
@@ -102,7 +104,9 @@ def _uvicorn_config(cfg: ServerConfig, state: AppState) -> uvicorn.Config:
         access_log=False,
         log_config=None,
         timeout_graceful_shutdown=int(cfg.graceful_timeout),
-        timeout_keep_alive=30,
+        timeout_keep_alive=cfg.limits.keep_alive_timeout,
+        http=protocol_class(cfg.limits),
+        ws="none",
         server_header=False,
         proxy_headers=False,
         lifespan="off",
@@ -123,9 +127,22 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _raise_fd_limit(want: int) -> None:
+    """Let this process hold ``want`` descriptors if the hard limit allows it."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+
+
 def serve(cfg: ServerConfig, state: AppState | None = None) -> None:
     """Run in the foreground until SIGINT/SIGTERM (graceful shutdown)."""
     state = state or build_state(cfg)
+    # each connection is a descriptor, and a request may hold a few more (git, files)
+    _raise_fd_limit(cfg.limits.max_connections * 2 + 256)
     sock = _bind(cfg.host, cfg.port)
     server = uvicorn.Server(_uvicorn_config(cfg, state))
     try:

@@ -20,16 +20,22 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 import secrets
 import time
 
 from gitxet.errors import StorageError
+from gitxet.remote.protocol import parse_decimal
 from gitxet.server.backends import Backend, ObjectMissingError
 
 __all__ = ["KEY_OBJECT", "UrlSigner", "load_or_create_key"]
 
 KEY_OBJECT = "meta/url-signing.key"
 KEY_LEN = 32
+#: What a signature (unpadded urlsafe base64 of 32 bytes) and a grant id look like; any
+#: other value is refused before it reaches the MAC (non-ASCII would make it raise).
+_SIG_RE = re.compile(r"[A-Za-z0-9_-]{43}")
+_GRANT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def load_or_create_key(backend: Backend) -> bytes:
@@ -72,10 +78,11 @@ class UrlSigner:
         return -(-t // self.bucket) * self.bucket
 
     @staticmethod
-    def _valid(exp: str, now: float | None) -> int | None:
-        if not exp.isdigit() or len(exp) > 12:
+    def _valid(exp: str, sig: str, now: float | None) -> int | None:
+        """The expiry if ``exp`` is a future time and ``sig`` is shaped like a signature."""
+        e = parse_decimal(exp, 12)
+        if e is None or not _SIG_RE.fullmatch(sig):
             return None
-        e = int(exp)
         return e if e > (time.time() if now is None else now) else None
 
     # ---- data URLs ---------------------------------------------------------------------
@@ -87,7 +94,7 @@ class UrlSigner:
 
     def verify_data(self, xorb_hex: str, exp: str, sig: str, now: float | None = None) -> bool:
         """Whether ``(exp, sig)`` authorise reading ``xorb_hex`` now."""
-        if self._valid(exp, now) is None:
+        if self._valid(exp, sig, now) is None or not xorb_hex.isascii():
             return False
         return hmac.compare_digest(self._mac("data", xorb_hex, exp), sig)
 
@@ -113,8 +120,10 @@ class UrlSigner:
         now: float | None = None,
     ) -> bool:
         """Whether the grant query fields authorise an upload now."""
-        if self._valid(exp, now) is None or not length.isdigit():
+        if self._valid(exp, sig, now) is None or parse_decimal(length) is None:
             return False
-        if crc and not crc.isdigit():
+        if crc and parse_decimal(crc, 20) is None:
+            return False
+        if not (_GRANT_ID_RE.fullmatch(grant_id) and xorb_hex.isascii()):
             return False
         return hmac.compare_digest(self._mac("grant", xorb_hex, grant_id, length, crc, exp), sig)
