@@ -6,7 +6,28 @@ import os
 import sys
 
 
+def raise_open_file_limit() -> int:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit; returns the soft limit now.
+
+    gitxet keeps a fixed number of descriptors per process (every cache of open files is
+    bounded), but git, sqlite and FUSE add their own: a soft limit of 1024 with a far higher
+    hard limit only makes failures more likely. Never lowers it; failures are ignored.
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ValueError, OSError):
+        return soft
+    return want
+
+
 def main() -> None:
+    raise_open_file_limit()
     argv = sys.argv[1:]
     if argv and os.environ.get("GITXET_TRACEBACK") != "1" and not {"-h", "--help"} & set(argv):
         from gitxet.cli.hot import HOT

@@ -251,3 +251,64 @@ def test_verification_does_not_outlive_the_descriptor(tmp_path: str) -> None:
     with pytest.raises(IntegrityError):
         cas.read_chunks(xh, 0, 1)
     assert cas.read_verified_part(xh, 0, 0, 8) is None
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_open_xorb_descriptors_stay_bounded_under_concurrent_reads(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading many more xorbs than the descriptor cache holds, from 8 threads, never holds
+    more than the cache plus one descriptor per reader, and every byte is right."""
+    from gitxet.store import cas as casmod
+
+    monkeypatch.setattr(casmod, "MAX_OPEN_XORBS", 8)
+    cas = LocalCAS(str(tmp_path), durable=False)
+    rnd = random.Random(5)
+    files: dict[bytes, bytes] = {}
+    for _ in range(120):  # one session per file: one xorb each
+        data = rnd.randbytes(rnd.randrange(1, 20_000))
+        with Ingestor(cas) as ing:
+            files[ing.add_stream(io.BytesIO(data)).file_hash] = data
+            ing.flush()
+    assert len(list(cas.xorb_hashes())) == 120
+    cas.close()
+    base = _open_fds()
+    peak = [0]
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _open_fds() - base)
+
+    def work(seed: int) -> None:
+        r = random.Random(seed)
+        hashes = list(files)
+        try:
+            for _ in range(400):
+                fh = r.choice(hashes)
+                data = files[fh]
+                off = r.randrange(len(data))
+                # twice: the second read of a verified chunk is a raw pread
+                for _ in range(2):
+                    got = FileReader(cas, fh, cache=ChunkCache(1)).read(off, 4096)
+                    assert got == data[off : off + 4096]
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    stop.set()
+    watcher.join(10)
+    assert errors == []
+    # 8 cached + one per reader thread (+ sqlite files the reader threads open)
+    assert peak[0] <= 8 + 8 + 3 * 8, peak[0]
+    cas.close()
