@@ -15,6 +15,7 @@ Errors carry data fields; user-facing wording lives in ``gitxet.cli``.
     ├── RemoteError                 a CAS remote failed (HTTP status, connection)
     │   └── AuthError               401/403
     ├── GitError                    the git binary failed or the repo is unusable
+    ├── UnsafePathError             a path from a tree that must not be written
     └── ConfigError                 bad user configuration
         └── StateBusyError          a state dir or socket another live process owns
 """
@@ -95,6 +96,16 @@ class AuthError(RemoteError):
 
 class GitError(GitxetError):
     """The git binary failed or the repository is unusable."""
+
+
+class UnsafePathError(GitxetError):
+    """A work-tree path gitxet refuses to write: it breaks the path rule of
+    ``gitxet.git.paths`` (``..``, absolute, ``.git``, ...) or leads through a symlink."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: refusing to write an unsafe path ({reason})")
+        self.path = path
+        self.reason = reason
 
 
 class ConfigError(GitxetError):

@@ -15,6 +15,7 @@ import contextlib
 import io
 import json
 import os
+import stat
 import threading
 import time
 import urllib.parse
@@ -36,10 +37,13 @@ from gitxet.errors import (
     MaterializeError,
     NotFoundError,
     PointerFormatError,
+    UnsafePathError,
 )
 from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
 from gitxet.git import process
 from gitxet.git.index import Restat, blob_id, restat_entries
+from gitxet.git.paths import unsafe_path
+from gitxet.git.worktree import WorkTree
 from gitxet.hashing import from_hex, to_hex
 from gitxet.settings import (
     DEFAULT_CACHE_BYTES,
@@ -359,19 +363,15 @@ class XetRepo:
         """Pointer files of a revision (or of the index when ``rev`` is None)."""
         entries: list[tuple[str, bytes]] = []
         if rev is None:
-            out = process.run_git(["ls-files", "-s", "-z", "--", *paths], cwd=self.cwd)
-            for rec in out.split(b"\0"):
-                if not rec:
-                    continue
-                meta, _, path = rec.partition(b"\t")
-                mode, oid, _stage = meta.split(b" ")
-                if mode in (b"100644", b"100755"):
-                    entries.append((oid.decode(), path))
+            index = self._index_files(paths)
+            entries = [(oid, os.fsencode(path)) for path, (_mode, oid) in index.items()]
         else:
             for e in process.iter_ls_tree(self.cwd, rev, recursive=True):
                 if e.type == "blob" and e.mode in (0o100644, 0o100755):
                     if paths and not any(_matches(e.path, p) for p in paths):
                         continue
+                    if unsafe_path(e.path) is not None:
+                        continue  # a hostile tree's '.git/x', '../x': never a file of ours
                     if e.size is not None and e.size <= MAX_POINTER_SIZE:
                         entries.append((e.oid, e.path))
         sizes = self._blob_sizes([oid for oid, _ in entries])
@@ -381,10 +381,30 @@ class XetRepo:
             if sizes.get(oid, MAX_POINTER_SIZE + 1) <= MAX_POINTER_SIZE
         ]
         result: list[PointerFile] = []
-        for path, ptr in self._read_pointers(small):
-            p = os.fsdecode(path)
-            result.append(PointerFile(p, ptr, self._is_materialized(p, ptr)))
+        with self._open_worktree() as wt:
+            for path, ptr in self._read_pointers(small):
+                p = os.fsdecode(path)
+                result.append(PointerFile(p, ptr, self._is_materialized(wt, p, ptr)))
         return result
+
+    def _index_files(self, paths: Sequence[str] = ()) -> dict[str, tuple[int, str]]:
+        """Regular files git's index names (merged entries only): path -> (mode, blob id)."""
+        out = process.run_git(["ls-files", "-s", "-z", "--", *paths], cwd=self.cwd)
+        files: dict[str, tuple[int, str]] = {}
+        for rec in out.split(b"\0"):
+            meta, _, path = rec.partition(b"\t")
+            fields = meta.split(b" ")
+            if len(fields) == 3 and fields[0] in (b"100644", b"100755") and fields[2] == b"0":
+                files[os.fsdecode(path)] = (int(fields[0], 8), fields[1].decode("ascii"))
+        return files
+
+    @contextlib.contextmanager
+    def _open_worktree(self) -> Iterator[WorkTree | None]:
+        if self.worktree is None:
+            yield None
+            return
+        with WorkTree(self.worktree) as wt:
+            yield wt
 
     def _blob_sizes(self, oids: Sequence[str]) -> dict[str, int]:
         if not oids:
@@ -401,18 +421,19 @@ class XetRepo:
                 sizes[parts[0]] = int(parts[1])
         return sizes
 
-    def _is_materialized(self, path: str, ptr: Pointer) -> bool | None:
-        if self.worktree is None:
+    def _is_materialized(self, wt: WorkTree | None, path: str, ptr: Pointer) -> bool | None:
+        if wt is None:
             return None
-        full = self.worktree / path
         try:
-            st = full.stat()
-        except FileNotFoundError:
-            return False
-        if st.st_size <= MAX_POINTER_SIZE:
-            with open(full, "rb") as f:
-                if try_pointer(f.read(MAX_POINTER_SIZE + 1)) is not None:
+            st = wt.lstat(path)
+            if st is None or not stat.S_ISREG(st.st_mode):
+                return False
+            if st.st_size <= MAX_POINTER_SIZE:
+                head = wt.read_head(path, MAX_POINTER_SIZE + 1)
+                if head is None or try_pointer(head) is not None:
                     return False
+        except (UnsafePathError, NotADirectoryError):
+            return False  # materialize() refuses it, by name
         return st.st_size == ptr.size
 
     # ---- push / fetch / checkout ---------------------------------------------------------
@@ -467,20 +488,20 @@ class XetRepo:
                     progress(n)
 
         tmp_dir = self._worktree_tmp_dir()
+        modes, failed = self._named_by_index(todo)
+        wt = WorkTree(self.worktree)
 
         def write_one(f: PointerFile) -> tuple[str, os.stat_result]:
-            full = self.worktree / f.path  # type: ignore[operator]
-            mode = full.stat().st_mode & 0o777 if full.exists() else 0o644
-            with atomic_writer(str(full), mode=mode, durable=False, tmp_dir=tmp_dir) as out:
+            mode = _keep_mode(wt, f.path, modes[f.path])
+            with wt.replace(f.path, mode=mode, tmp_dir=tmp_dir) as (out, st):
                 self.write_content(f.pointer, cast(BinaryIO, _Counting(out, advance)))
-            return f.path, full.stat()
+            return f.path, st[0]
 
         n_workers = workers or min(4, os.cpu_count() or 1, len(todo))
         done: dict[str, os.stat_result] = {}
-        failed: list[tuple[str, BaseException]] = []
         by_path = {f.path: f for f in todo}
-        with concurrent.futures.ThreadPoolExecutor(n_workers, "gitxet-materialize") as pool:
-            futures = {pool.submit(write_one, f): f.path for f in todo}
+        with wt, concurrent.futures.ThreadPoolExecutor(n_workers, "gitxet-materialize") as pool:
+            futures = {pool.submit(write_one, f): f.path for f in todo if f.path in modes}
             for fut in concurrent.futures.as_completed(futures):
                 try:
                     path, st = fut.result()
@@ -497,6 +518,28 @@ class XetRepo:
         if failed:
             raise MaterializeError(sorted(failed, key=lambda item: item[0]))
         return len(done)
+
+    def _named_by_index(
+        self, files: Sequence[PointerFile]
+    ) -> tuple[dict[str, int], list[tuple[str, BaseException]]]:
+        """Which of ``files`` may be written: those git's index names, as that very pointer
+        blob, at a path the path rule accepts (path -> git mode); the others, refused."""
+        index = self._index_files()
+        fmt = process.object_format(self.cwd)
+        modes: dict[str, int] = {}
+        refused: list[tuple[str, BaseException]] = []
+        for f in files:
+            entry = index.get(f.path)
+            reason = unsafe_path(os.fsencode(f.path))
+            if reason is None and (
+                entry is None or entry[1] != blob_id(f.pointer.encode(), fmt).hex()
+            ):
+                reason = "git's index does not name this pointer file there"
+            if reason is not None or entry is None:
+                refused.append((f.path, UnsafePathError(f.path, reason or "")))
+            else:
+                modes[f.path] = entry[0]
+        return modes, refused
 
     def _worktree_tmp_dir(self) -> str | None:
         """Where files bound for the work tree are written before their rename: inside the
@@ -558,10 +601,11 @@ class XetRepo:
         if not isinstance(rec, list) or len(rec) != 4:
             return None
         try:
-            st = (self.worktree / path).stat()
-        except OSError:
+            with WorkTree(self.worktree) as wt:
+                st = wt.lstat(path)
+        except (OSError, UnsafePathError):
             return None
-        if [st.st_size, st.st_mtime_ns, st.st_ino] != rec[:3]:
+        if st is None or [st.st_size, st.st_mtime_ns, st.st_ino] != rec[:3]:
             return None
         ptr = try_pointer(str(rec[3]).encode())
         return ptr.encode() if ptr is not None and ptr.size == st.st_size else None
@@ -571,13 +615,25 @@ class XetRepo:
         if self.worktree is None:
             raise GitError("a bare repository has no work tree")
         todo = [f for f in files if f.materialized]
-        for f in todo:
-            full = self.worktree / f.path
-            mode = full.stat().st_mode & 0o777
-            with atomic_writer(str(full), mode=mode, durable=False) as out:
-                out.write(f.pointer.encode())
-        self._refresh([f.path for f in todo])
-        return len(todo)
+        modes, failed = self._named_by_index(todo)
+        tmp_dir = self._worktree_tmp_dir()
+        done: list[str] = []
+        with WorkTree(self.worktree) as wt:
+            for f in todo:
+                if f.path not in modes:
+                    continue
+                mode = _keep_mode(wt, f.path, modes[f.path])
+                try:
+                    with wt.replace(f.path, mode=mode, tmp_dir=tmp_dir) as (out, _st):
+                        out.write(f.pointer.encode())
+                except (GitxetError, OSError) as exc:
+                    failed.append((f.path, exc))
+                else:
+                    done.append(f.path)
+        self._refresh(done)
+        if failed:
+            raise MaterializeError(sorted(failed, key=lambda item: item[0]))
+        return len(done)
 
     def _stat_dirty(self, paths: Sequence[str]) -> list[str]:
         """Those of ``paths`` whose index stat no longer matches the work tree (no reads)."""
@@ -650,6 +706,15 @@ class XetRepo:
         if not isinstance(r, LocalDirRemote):
             return None
         return count_unpushed(self.cas, r, self.history_pointers(self.ref_tips(True)))
+
+
+def _keep_mode(wt: WorkTree, path: str, git_mode: int) -> int:
+    """Permission bits for a rewritten file: the existing regular file's, else git's."""
+    with contextlib.suppress(OSError, UnsafePathError):
+        st = wt.lstat(path)
+        if st is not None and stat.S_ISREG(st.st_mode):
+            return st.st_mode & 0o777
+    return 0o755 if git_mode & 0o100 else 0o644
 
 
 def _matches(path: bytes, pattern: str) -> bool:

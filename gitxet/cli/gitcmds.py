@@ -424,7 +424,7 @@ def clone_cmd(
     # local store in parallel, without streaming every byte through git's filter pipe
     _git(["-c", "xet.lazy=true", "checkout", "-q", "-f", "HEAD"], cwd=target)
     repo = _open_repo(target)
-    files = repo.pointer_files("HEAD")
+    files = repo.pointer_files(None)  # what git's index names: git checked those paths
     total = sum(f.pointer.size for f in files)
     from gitxet.errors import GitxetError as _Err
 
@@ -452,7 +452,7 @@ def _select(  # type: ignore[no-untyped-def]
 ):  # type: ignore[no-untyped-def]
     import fnmatch
 
-    files = repo.pointer_files("HEAD", paths or ())
+    files = repo.pointer_files(None, paths or ())  # the index: only what git checked out
     if include:
         files = [f for f in files if any(fnmatch.fnmatch(f.path, p) for p in include)]
     if exclude:

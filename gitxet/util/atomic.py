@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
-__all__ = ["atomic_create", "atomic_write", "atomic_writer", "fsync_dir"]
+__all__ = ["atomic_create", "atomic_write", "atomic_writer", "atomic_writer_at", "fsync_dir"]
 
 StrPath = str | os.PathLike[str]
 
@@ -70,6 +71,56 @@ def atomic_writer(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_writer_at(
+    dir_fd: int,
+    name: str,
+    *,
+    mode: int = 0o644,
+    durable: bool = True,
+    tmp_dir: StrPath | None = None,
+) -> Iterator[BinaryIO]:
+    """:func:`atomic_writer` for the entry ``name`` of the open directory ``dir_fd``.
+
+    Nothing is resolved by path in that directory, so a symlink there (or swapped in
+    meanwhile) is never followed: the temp file is created with ``O_EXCL | O_NOFOLLOW``
+    (in ``tmp_dir`` when given, same filesystem) and renamed over ``name``, which replaces
+    a symlink rather than writing through it. Raises ``OSError``; callers translate it.
+    """
+    if not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"not a directory entry name: {name!r}")
+    src_fd = dir_fd
+    if tmp_dir is not None:
+        src_fd = os.open(tmp_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        while True:
+            tmp = f".tmp-{secrets.token_hex(8)}.incomplete"
+            try:
+                fd = os.open(tmp, flags, 0o600, dir_fd=src_fd)
+                break
+            except FileExistsError:
+                continue
+        try:
+            with os.fdopen(fd, "wb") as f:
+                yield f
+                f.flush()
+                os.fchmod(f.fileno(), mode)
+                if durable:
+                    os.fsync(f.fileno())
+            os.replace(tmp, name, src_dir_fd=src_fd, dst_dir_fd=dir_fd)
+            if durable:
+                with contextlib.suppress(OSError):
+                    os.fsync(dir_fd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=src_fd)
+            raise
+    finally:
+        if src_fd != dir_fd:
+            os.close(src_fd)
 
 
 def atomic_write(

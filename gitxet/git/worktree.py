@@ -1,0 +1,125 @@
+"""Writing into a git work tree without ever leaving it.
+
+A path that comes from a tree or the index is hostile input. :class:`WorkTree` holds the
+work tree open as a directory handle and reaches every path from it one component at a
+time (``openat`` with ``O_NOFOLLOW | O_DIRECTORY``), after checking the path against the
+rule of :mod:`gitxet.git.paths`: so neither ``../x``, ``/etc/x``, ``.git/config`` nor a
+directory that is (or is swapped for) a symlink can make a write land outside the work tree
+or in its ``.git``. Files are replaced atomically (:func:`gitxet.util.atomic.atomic_writer_at`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from gitxet.errors import UnsafePathError
+from gitxet.git.paths import unsafe_path
+from gitxet.util.atomic import atomic_writer_at
+
+__all__ = ["WorkTree"]
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class WorkTree:
+    """A work tree opened once; see the module docstring. Thread-safe; close it after use.
+
+    Paths are ``/``-separated and relative to the work tree's root (as git prints them).
+    Every method raises :class:`UnsafePathError` for a path the rule refuses or one that
+    leads through a symlink or a non-directory, and ``OSError`` for anything else.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.fspath(root)
+        self._fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> WorkTree:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def parent(self, path: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
+        """``(directory handle, name)`` of ``path``'s last component; with ``create`` the
+        missing directories on the way are made (never through a symlink)."""
+        reason = unsafe_path(os.fsencode(path))
+        if reason is not None:
+            raise UnsafePathError(path, reason)
+        parts = path.split("/")
+        fd = self._fd
+        try:
+            for i, part in enumerate(parts[:-1]):
+                fd_next = self._open_dir(fd, part, path, "/".join(parts[: i + 1]), create)
+                if fd != self._fd:
+                    os.close(fd)
+                fd = fd_next
+            yield fd, parts[-1]
+        finally:
+            if fd != self._fd:
+                os.close(fd)
+
+    @staticmethod
+    def _open_dir(fd: int, name: str, path: str, upto: str, create: bool) -> int:
+        for attempt in range(2):
+            try:
+                return os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create or attempt:
+                    raise
+                with contextlib.suppress(FileExistsError):  # a racing creator: fine
+                    os.mkdir(name, 0o777, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise UnsafePathError(path, f"{upto} is a symlink or not a directory") from None
+                raise
+        raise AssertionError("unreachable")
+
+    def lstat(self, path: str) -> os.stat_result | None:
+        """``path``'s own stat (a symlink is not followed), or None when it is missing."""
+        try:
+            with self.parent(path) as (fd, name):
+                return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def read_head(self, path: str, size: int) -> bytes | None:
+        """The first ``size`` bytes of the regular file ``path``; None when it is missing or
+        not a regular file (a symlink is not followed)."""
+        try:
+            with self.parent(path) as (dfd, name):
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return None
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return os.read(fd, size)
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def replace(
+        self, path: str, *, mode: int, tmp_dir: str | None = None
+    ) -> Iterator[tuple[BinaryIO, list[os.stat_result]]]:
+        """Yield ``(file, out)``: what is written replaces ``path`` atomically (a symlink
+        there is replaced, not followed); ``out`` then holds the new file's stat."""
+        out: list[os.stat_result] = []
+        with self.parent(path, create=True) as (fd, name):
+            with atomic_writer_at(fd, name, mode=mode, durable=False, tmp_dir=tmp_dir) as f:
+                yield f, out
+            out.append(os.stat(name, dir_fd=fd, follow_symlinks=False))
