@@ -21,12 +21,29 @@ def parse_record(
     data: bytes, what: str, *, version: int, types: Types, max_bytes: int = 64 * 1024
 ) -> dict[str, Any]:
     """The fields of a record (``version`` left out); raises :class:`FormatError`."""
+    return check_record(
+        load_json_object(data, what, max_bytes=max_bytes), what, version=version, types=types
+    )
+
+
+def load_json_object(data: bytes, what: str, *, max_bytes: int = 64 * 1024) -> dict[str, Any]:
+    """``data`` as a JSON object of at most ``max_bytes``; raises :class:`FormatError`."""
     if len(data) > max_bytes:
         raise FormatError(what, f"larger than {max_bytes} bytes")
     try:
         body = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise FormatError(what, f"not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise FormatError(what, "not a JSON object")
+    return body
+
+
+def check_record(body: Any, what: str, *, version: int, types: Types) -> dict[str, Any]:
+    """Check a decoded record: an object with ``version`` and exactly ``types``' fields.
+
+    Returns the fields (a copy, ``version`` left out); raises :class:`FormatError`.
+    """
     if not isinstance(body, dict):
         raise FormatError(what, "not a JSON object")
     if body.get("version") != version:
@@ -42,5 +59,4 @@ def parse_record(
         # bool is an int subclass: True is never a pid or a size (unless a bool is wanted)
         if (isinstance(value, bool) and not wants_bool) or not isinstance(value, allowed):
             raise FormatError(what, f"field {key!r} has the wrong type")
-    body.pop("version")
-    return body
+    return {k: v for k, v in body.items() if k != "version"}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -33,7 +32,7 @@ from typing import Any, Protocol
 
 from gitxet.errors import FormatError, MountError
 from gitxet.formats.record import parse_record
-from gitxet.util.atomic import atomic_write
+from gitxet.util.records import RecordDir
 
 MOUNTINFO = "/proc/self/mountinfo"
 LOG_TAIL_LINES = 20
@@ -584,65 +583,46 @@ class MountRecord:
 class MountRegistry:
     """JSON records of live mounts, one file per mountpoint under ``state_dir``.
 
-    One file per mount means concurrent CLI invocations never rewrite each other's records;
-    each write is atomic (temp file, fsync, rename).
+    One file per mount (a :class:`~gitxet.util.records.RecordDir`) means concurrent CLI
+    invocations never rewrite each other's records; each write is atomic.
     """
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.state_dir = os.fspath(state_dir)
-
-    def _path(self, mountpoint: str) -> str:
-        key = normalize_mountpoint(mountpoint).encode("utf-8", "surrogateescape")
-        return os.path.join(self.state_dir, hashlib.sha256(key).hexdigest()[:32] + ".json")
+        self._records: RecordDir[MountRecord] = RecordDir(
+            self.state_dir,
+            key=lambda r: r.mountpoint,
+            load=lambda data, what: MountRecord.from_json(data, what=what),
+            dump=MountRecord.to_json,
+            max_bytes=_RECORD_MAX_BYTES,
+        )
 
     def record(self, rec: MountRecord) -> None:
         """Store (or replace) the record for ``rec.mountpoint``."""
         if rec.kind not in _MOUNT_KINDS:
             raise ValueError(f"unknown mount kind {rec.kind!r}")
-        rec = _replace_mountpoint(rec, normalize_mountpoint(rec.mountpoint))
-        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
-        atomic_write(self._path(rec.mountpoint), rec.to_json(), mode=0o600)
-
-    def _load(self, path: str) -> MountRecord | None:
-        try:
-            with open(path, "rb") as f:
-                data = f.read(_RECORD_MAX_BYTES + 1)
-        except FileNotFoundError:
-            return None
-        return MountRecord.from_json(data, what=path)
+        self._records.put(_replace_mountpoint(rec, normalize_mountpoint(rec.mountpoint)))
 
     def get(self, mountpoint: str) -> MountRecord | None:
         """The record for ``mountpoint`` (live or not), or ``None``."""
-        return self._load(self._path(mountpoint))
+        return self._records.get(normalize_mountpoint(mountpoint))
 
     def remove(self, mountpoint: str) -> bool:
         """Forget ``mountpoint``; returns whether there was a record."""
-        try:
-            os.unlink(self._path(mountpoint))
-        except FileNotFoundError:
-            return False
-        return True
+        return self._records.remove(normalize_mountpoint(mountpoint))
 
     def list(self) -> builtins.list[MountRecord]:
         """Records of live mounts, by mountpoint; prunes records of dead daemons or unmounts."""
-        try:
-            names = sorted(n for n in os.listdir(self.state_dir) if n.endswith(".json"))
-        except FileNotFoundError:
+        records = self._records.list()
+        if not records:
             return []
-        table = mount_table()
-        mounted = {row.mountpoint for row in table}
+        mounted = {row.mountpoint for row in mount_table()}
         live: builtins.list[MountRecord] = []
-        for name in names:
-            path = os.path.join(self.state_dir, name)
-            rec = self._load(path)
-            if rec is None:
-                continue
+        for rec in records:
             if rec.mountpoint in mounted and process_alive(rec.pid, rec.start_time):
                 live.append(rec)
             else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-        live.sort(key=lambda r: r.mountpoint)
+                self._records.remove(rec.mountpoint)
         return live
 
 

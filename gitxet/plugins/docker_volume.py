@@ -4,8 +4,8 @@ A volume names a repository at a commit (resolved to a sha at Create and pinned 
 optional subdir and an optional token. Nothing is mounted at Create: the first container
 that uses the volume (``/VolumeDriver.Mount``) starts the mount, later ones share it, and
 the last ``/VolumeDriver.Unmount`` stops it. Docker tells mounts apart by ``ID``, so the
-set of IDs is the reference count, and it is persisted with the rest of the volume table
-(atomic rewrite of ``volumes.json``) so a restarted plugin keeps counting where it was.
+set of IDs is the reference count, and it is persisted with the rest of the volume's record
+(one atomically rewritten file per volume) so a restarted plugin keeps counting where it was.
 
 The HTTP side is the standard library's ``http.server`` on a ``UnixStreamServer``: the
 protocol is a handful of small JSON POSTs, the plugin layer may not depend on the server
@@ -30,14 +30,16 @@ import re
 import socketserver
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gitxet.errors import FormatError, GitxetError, MountError, MountSpecError
+from gitxet.formats.record import check_record, load_json_object
 from gitxet.mount.runner import normalize_mountpoint
 from gitxet.plugins.mounter import Mounter, MountSpec, resolve_local, validate_spec
 from gitxet.util.atomic import atomic_write
+from gitxet.util.records import RecordDir
 from gitxet.util.statelock import clear_stale_socket
 
 log = logging.getLogger("gitxet.plugins.docker")
@@ -45,8 +47,9 @@ log = logging.getLogger("gitxet.plugins.docker")
 CONTENT_TYPE = "application/vnd.docker.plugins.v1.2+json"
 OPTIONS = ("repo", "commit", "subdir", "token", "token_file", "cache_size", "prefetch")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
-_TABLE_VERSION = 1
-_TABLE_MAX_BYTES = 64 << 20  # tens of thousands of volumes; refuse anything absurd
+_RECORD_VERSION = 1
+_RECORD_MAX_BYTES = 1 << 20  # a volume with thousands of mount IDs; refuse anything absurd
+_LEGACY_MAX_BYTES = 64 << 20  # the whole-table file of earlier versions
 _BODY_MAX_BYTES = 1 << 20  # Docker's requests are a few hundred bytes
 _TOKEN_MAX_BYTES = 64 * 1024
 
@@ -102,68 +105,82 @@ _VOLUME_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _volume_from_json(body: Any, what: str) -> Volume:
-    if not isinstance(body, dict):
-        raise FormatError(what, "a volume is not a JSON object")
-    extra = set(body) - set(_VOLUME_TYPES)
-    if extra:
-        raise FormatError(what, f"unknown volume fields {sorted(extra)}")
-    for key, allowed in _VOLUME_TYPES.items():
-        if key not in body:
-            raise FormatError(what, f"volume field {key!r} is missing")
-        value = body[key]
-        if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
-            raise FormatError(what, f"volume field {key!r} has the wrong type")
-    if not all(isinstance(i, str) for i in body["mount_ids"]):
+def _volume_from_body(body: Any, what: str) -> Volume:
+    fields = check_record(body, what, version=_RECORD_VERSION, types=_VOLUME_TYPES)
+    if not all(isinstance(i, str) for i in fields["mount_ids"]):
         raise FormatError(what, "mount_ids must be strings")
-    if not _NAME.fullmatch(body["name"]):
-        raise FormatError(what, f"bad volume name {body['name']!r}")
-    return Volume(**{**body, "created_at": float(body["created_at"])})
+    if not _NAME.fullmatch(fields["name"]):
+        raise FormatError(what, f"bad volume name {fields['name']!r}")
+    return Volume(**{**fields, "created_at": float(fields["created_at"])})
+
+
+def _volume_from_json(data: bytes, what: str) -> Volume:
+    return _volume_from_body(load_json_object(data, what, max_bytes=_RECORD_MAX_BYTES), what)
+
+
+def _volume_to_json(vol: Volume) -> bytes:
+    body = {"version": _RECORD_VERSION, **asdict(vol)}
+    return json.dumps(body, sort_keys=True, indent=1).encode("utf-8") + b"\n"
 
 
 class VolumeTable:
-    """The persisted volume table: ``volumes.json`` plus ``secrets/<name>`` token files."""
+    """The persisted volumes: one record per volume plus ``secrets/<name>`` token files.
+
+    ``records/<hash of name>.json`` holds a volume (its mount IDs included), rewritten
+    atomically on every change of that volume only. A ``volumes.json`` table written by an
+    earlier version is read once (as strictly), turned into records and removed.
+    """
 
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
-        self.path = os.path.join(state_dir, "volumes.json")
+        self.records: RecordDir[Volume] = RecordDir(
+            os.path.join(state_dir, "records"),
+            key=lambda v: v.name,
+            load=_volume_from_json,
+            dump=_volume_to_json,
+            max_bytes=_RECORD_MAX_BYTES,
+        )
+        self.legacy = os.path.join(state_dir, "volumes.json")
         self.secrets = os.path.join(state_dir, "secrets")
 
     def load(self) -> dict[str, Volume]:
-        """Read the table strictly (:class:`FormatError` names the defect); empty if none."""
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read(_TABLE_MAX_BYTES + 1)
-        except FileNotFoundError:
-            return {}
-        if len(data) > _TABLE_MAX_BYTES:
-            raise FormatError(self.path, f"larger than {_TABLE_MAX_BYTES} bytes")
-        try:
-            body = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise FormatError(self.path, f"not JSON: {exc}") from exc
-        if not isinstance(body, dict) or body.get("version") != _TABLE_VERSION:
-            raise FormatError(self.path, "not a version 1 volume table")
-        vols = body.get("volumes")
-        if not isinstance(vols, list) or set(body) != {"version", "volumes"}:
-            raise FormatError(self.path, "bad top-level fields")
-        out: dict[str, Volume] = {}
-        for item in vols:
-            vol = _volume_from_json(item, self.path)
-            if vol.name in out:
-                raise FormatError(self.path, f"volume {vol.name!r} listed twice")
-            out[vol.name] = vol
-        return out
+        """Every volume by name (:class:`FormatError` names a defect); empty if none."""
+        self._import_legacy()
+        return {vol.name: vol for vol in self.records.list()}
 
-    def save(self, volumes: Mapping[str, Volume]) -> None:
-        """Rewrite the table atomically."""
-        body = {
-            "version": _TABLE_VERSION,
-            "volumes": [asdict(volumes[n]) for n in sorted(volumes)],
-        }
-        data = json.dumps(body, sort_keys=True, indent=1).encode("utf-8") + b"\n"
-        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
-        atomic_write(self.path, data, mode=0o600)
+    def _import_legacy(self) -> None:
+        try:
+            with open(self.legacy, "rb") as f:
+                data = f.read(_LEGACY_MAX_BYTES + 1)
+        except FileNotFoundError:
+            return
+        body = load_json_object(data, self.legacy, max_bytes=_LEGACY_MAX_BYTES)
+        vols = body.get("volumes")
+        if body.get("version") != 1 or set(body) != {"version", "volumes"}:
+            raise FormatError(self.legacy, "not a version 1 volume table")
+        if not isinstance(vols, list):
+            raise FormatError(self.legacy, "bad top-level fields")
+        found: dict[str, Volume] = {}
+        for item in vols:
+            vol = _volume_from_body(
+                {"version": _RECORD_VERSION, **item} if isinstance(item, dict) else item,
+                self.legacy,
+            )
+            if vol.name in found:
+                raise FormatError(self.legacy, f"volume {vol.name!r} listed twice")
+            found[vol.name] = vol
+        for vol in found.values():  # a crash midway imports again next time: same records
+            self.records.put(vol)
+        os.unlink(self.legacy)
+        log.info("imported %d volume(s) from %s", len(found), self.legacy)
+
+    def put(self, vol: Volume) -> None:
+        """Store (or replace) ``vol``."""
+        self.records.put(vol)
+
+    def remove(self, name: str) -> None:
+        """Forget volume ``name`` (nothing stored is fine)."""
+        self.records.remove(name)
 
     def put_token(self, name: str, token: str) -> None:
         """Store a volume's token (0600, in a 0700 directory)."""
@@ -252,21 +269,14 @@ class VolumeDriver:
         return vol
 
     def _commit(self, vol: Volume | None, name: str) -> None:
-        """Store ``vol`` as ``name`` (``None`` deletes) and persist; undone if persisting fails."""
+        """Store ``vol`` as ``name`` (``None`` deletes): persisted first, then in memory."""
         with self._lock:
-            before = self.volumes.get(name)
             if vol is None:
+                self.table.remove(name)
                 self.volumes.pop(name, None)
             else:
+                self.table.put(vol)
                 self.volumes[name] = vol
-            try:
-                self.table.save(self.volumes)
-            except BaseException:
-                if before is None:
-                    self.volumes.pop(name, None)
-                else:
-                    self.volumes[name] = before
-                raise
 
     def _token(self, vol: Volume) -> str | None:
         if vol.token_file:

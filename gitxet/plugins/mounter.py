@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -55,7 +54,7 @@ from gitxet.settings import (
     TOKEN_ENV,
     is_size,
 )
-from gitxet.util.atomic import atomic_write
+from gitxet.util.records import RecordDir, record_name
 
 # The environment of mount daemons when the caller gives none: enough to find git and
 # fusermount3, and nothing inherited by accident (library code does not read os.environ).
@@ -318,7 +317,13 @@ class SubprocessMounter:
         self.env = dict(DEFAULT_ENV if env is None else env)
         self._resolve = resolve or resolve_local
         self.allow_other = (os.geteuid() == 0) if allow_other is None else allow_other
-        self._records = os.path.join(self.state_dir, "mounts")
+        self._records: RecordDir[_Record] = RecordDir(
+            os.path.join(self.state_dir, "mounts"),
+            key=lambda r: r.target,
+            load=_Record.from_json,
+            dump=_Record.to_json,
+            max_bytes=_RECORD_MAX_BYTES,
+        )
         self._logs = os.path.join(self.state_dir, "logs")
         self.cache_dir = os.path.join(self.state_dir, "cache")
         self._locks: dict[str, threading.Lock] = {}
@@ -327,43 +332,6 @@ class SubprocessMounter:
     def set_resolver(self, resolve: Callable[[MountSpec], str]) -> None:
         """Replace the spec resolver (e.g. one that reaches http(s) repos via the node cache)."""
         self._resolve = resolve
-
-    # -- records
-
-    def _key(self, target: str) -> str:
-        return hashlib.sha256(target.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-
-    def _record_path(self, target: str) -> str:
-        return os.path.join(self._records, self._key(target) + ".json")
-
-    def _load(self, path: str) -> _Record | None:
-        try:
-            with open(path, "rb") as f:
-                data = f.read(_RECORD_MAX_BYTES + 1)
-        except FileNotFoundError:
-            return None
-        return _Record.from_json(data, path)
-
-    def _save(self, rec: _Record) -> None:
-        os.makedirs(self._records, mode=0o700, exist_ok=True)
-        atomic_write(self._record_path(rec.target), rec.to_json(), mode=0o600)
-
-    def _forget(self, target: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._record_path(target))
-
-    def _all_records(self) -> builtins.list[_Record]:
-        try:
-            names = sorted(n for n in os.listdir(self._records) if n.endswith(".json"))
-        except FileNotFoundError:
-            return []
-        out = []
-        for name in names:
-            rec = self._load(os.path.join(self._records, name))
-            if rec is not None:
-                out.append(rec)
-        out.sort(key=lambda r: r.target)
-        return out
 
     def _lock(self, target: str) -> threading.Lock:
         # One lock per target: a slow mount of one volume never holds up another.
@@ -377,7 +345,7 @@ class SubprocessMounter:
         mnt = runner.normalize_mountpoint(target)
         validate_spec(spec, mnt)
         with self._lock(mnt):
-            existing = self._load(self._record_path(mnt))
+            existing = self._records.get(mnt)
             if existing is not None:
                 if _record_live(existing, self._mounted()):
                     return self._same_or_raise(existing, spec, mnt)
@@ -439,7 +407,7 @@ class SubprocessMounter:
             argv += ["--subdir", spec.subdir.strip("/")]
         if self.allow_other:
             argv.append("--allow-other")
-        log = os.path.join(self._logs, self._key(mnt) + ".log")
+        log = os.path.join(self._logs, record_name(mnt) + ".log")
         proc = runner.start_background(
             argv, mnt, timeout=timeout, log_path=log, cwd="/", env=self._daemon_env(spec)
         )
@@ -453,7 +421,7 @@ class SubprocessMounter:
             started_at=proc.started_at,
         )
         try:
-            self._save(rec)
+            self._records.put(rec)
         except BaseException:
             # A mount nobody has a record of could never be recovered or cleaned: undo it.
             with contextlib.suppress(MountError):
@@ -480,31 +448,31 @@ class SubprocessMounter:
     def _clear_stale(self, rec: _Record) -> None:
         """Detach what a dead (or wedged) daemon left at its target and stop the daemon."""
         self._stop(rec)
-        self._forget(rec.target)
+        self._records.remove(rec.target)
 
     def unmount(self, target: str) -> None:
         """See :meth:`Mounter.unmount`; only touches targets this mounter mounted."""
         mnt = runner.normalize_mountpoint(target)
         with self._lock(mnt):
-            rec = self._load(self._record_path(mnt))
+            rec = self._records.get(mnt)
             if rec is None:
                 return
             self._stop(rec)
-            self._forget(mnt)
+            self._records.remove(mnt)
 
     def list(self) -> builtins.list[MountInfo]:
         """See :meth:`Mounter.list` (records of dead mounts are kept for :meth:`recover`)."""
         mounted = self._mounted()
-        return [r.info() for r in self._all_records() if _record_live(r, mounted)]
+        return [r.info() for r in self._records.list() if _record_live(r, mounted)]
 
     def is_mounted(self, target: str) -> bool:
         """See :meth:`Mounter.is_mounted`."""
-        rec = self._load(self._record_path(runner.normalize_mountpoint(target)))
+        rec = self._records.get(runner.normalize_mountpoint(target))
         return rec is not None and _record_live(rec, self._mounted())
 
     def get(self, target: str) -> MountInfo | None:
         """The recorded mount at ``target`` (live or not), or ``None``."""
-        rec = self._load(self._record_path(runner.normalize_mountpoint(target)))
+        rec = self._records.get(runner.normalize_mountpoint(target))
         return None if rec is None else rec.info()
 
     def recover(
@@ -519,7 +487,7 @@ class SubprocessMounter:
         remounted: builtins.list[MountInfo] = []
         failed: dict[str, str] = {}
         mounted = self._mounted()
-        for rec in self._all_records():
+        for rec in self._records.list():
             with self._lock(rec.target):
                 if _record_live(rec, mounted):
                     adopted.append(rec.info())

@@ -163,7 +163,7 @@ def test_create_rejects_bad_input(
     answer = plugin.create(name, **opts)
     assert message in answer["Err"]
     assert plugin.ok("/VolumeDriver.List")["Volumes"] == []
-    assert not plugin.state.joinpath("volumes.json").exists()
+    assert not plugin.state.joinpath("records").exists()
     assert plugin.mounter.calls == []
 
 
@@ -314,7 +314,8 @@ def test_token_reaches_the_mount_but_no_response_table_or_log(
         [plugin.ok("/VolumeDriver.Get", Name="ds"), plugin.ok("/VolumeDriver.List")]
     )
     assert TOKEN not in answers and '"auth": "token"' in answers
-    assert TOKEN not in plugin.state.joinpath("volumes.json").read_text()
+    (record,) = plugin.state.joinpath("records").iterdir()
+    assert TOKEN not in record.read_text() and '"name": "ds"' in record.read_text()
     secret = plugin.state / "secrets" / "ds"
     assert secret.read_text() == TOKEN
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
@@ -410,7 +411,7 @@ def test_recover_remounts_volumes_in_use_and_drops_orphans(tmp_path: Path) -> No
         p2.stop()
 
 
-def test_corrupt_table_is_a_format_error(tmp_path: Path) -> None:
+def test_a_table_of_an_earlier_version_is_imported_strictly(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir()
     table = state / "volumes.json"
@@ -436,6 +437,9 @@ def test_corrupt_table_is_a_format_error(tmp_path: Path) -> None:
     assert VolumeDriver(FakeMounter(), str(state), str(tmp_path / "v")).volumes["a"].mount_ids == [
         "c1"
     ]
+    assert not table.exists() and len(list((state / "records").iterdir())) == 1
+    again = VolumeDriver(FakeMounter(), str(state), str(tmp_path / "v")).volumes["a"]
+    assert again.mount_ids == ["c1"] and again.commit_sha == SHA1  # now from the record
     vol = good["volumes"][0]  # type: ignore[index]
     bad = [
         "{",
@@ -453,6 +457,31 @@ def test_corrupt_table_is_a_format_error(tmp_path: Path) -> None:
         table.write_text(text)
         with pytest.raises(FormatError):
             VolumeDriver(FakeMounter(), str(state), str(tmp_path / "v"))
+        assert table.exists()  # a table that does not parse is left for a human
+
+
+def test_a_corrupt_volume_record_is_a_format_error(plugin: Plugin, tmp_path: Path) -> None:
+    assert plugin.create("ds", repo="/srv/data.git", commit="main")["Err"] == ""
+    (record,) = plugin.state.joinpath("records").iterdir()
+    good = json.loads(record.read_text())
+    assert good["version"] == 1 and good["commit_sha"] == SHA1
+
+    def load() -> None:
+        VolumeDriver(FakeMounter(), str(plugin.state), str(tmp_path / "v"))
+
+    for body in (
+        {**good, "version": 2},
+        {**good, "mount_ids": [1]},
+        {**good, "name": "other"},  # filed under another volume's name
+        {**good, "has_token": "yes"},
+        {k: v for k, v in good.items() if k != "repo"},
+    ):
+        record.write_text(json.dumps(body))
+        with pytest.raises(FormatError):
+            load()
+    record.write_text("{")
+    with pytest.raises(FormatError, match="not JSON"):
+        load()
 
 
 def test_one_plugin_per_state_dir_and_socket(tmp_path: Path) -> None:

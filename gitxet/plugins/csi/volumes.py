@@ -13,8 +13,6 @@ attribute fails loudly instead of being silently dropped. The token comes from t
 
 from __future__ import annotations
 
-import builtins
-import contextlib
 import hashlib
 import json
 import os
@@ -24,7 +22,7 @@ from typing import Any, ClassVar
 
 from gitxet.errors import FormatError, GitxetError
 from gitxet.formats.record import parse_record
-from gitxet.util.atomic import atomic_write
+from gitxet.util.records import RecordDir
 
 # Volume context keys (the CSI ``volume_context`` map) and what they become in a MountSpec.
 ATTR_REPO = "repo"
@@ -274,49 +272,14 @@ class VolumeRecord:
         return cls(**{k: body[k] for k in cls._TYPES})
 
 
-class VolumeRecords:
-    """One JSON file per published target under ``directory`` (atomic writes)."""
+class VolumeRecords(RecordDir[VolumeRecord]):
+    """One JSON record per published target under ``directory``, keyed by the target path."""
 
     def __init__(self, directory: str) -> None:
-        self.directory = os.path.abspath(directory)
-
-    def _path(self, target_path: str) -> str:
-        key = hashlib.sha256(target_path.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-        return os.path.join(self.directory, key + ".json")
-
-    def get(self, target_path: str) -> VolumeRecord | None:
-        """The record of ``target_path``, or ``None``."""
-        path = self._path(target_path)
-        try:
-            with open(path, "rb") as f:
-                data = f.read(_RECORD_MAX_BYTES + 1)
-        except FileNotFoundError:
-            return None
-        rec = VolumeRecord.from_json(data, path)
-        if rec.target_path != target_path:
-            raise FormatError(path, "record names another target")
-        return rec
-
-    def put(self, rec: VolumeRecord) -> None:
-        """Store (or replace) the record for ``rec.target_path``."""
-        os.makedirs(self.directory, mode=0o700, exist_ok=True)
-        atomic_write(self._path(rec.target_path), rec.to_json(), mode=0o600)
-
-    def remove(self, target_path: str) -> None:
-        """Forget ``target_path`` (nothing recorded is fine)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._path(target_path))
-
-    def list(self) -> builtins.list[VolumeRecord]:
-        """Every record, by target path; unreadable ones raise :class:`FormatError`."""
-        try:
-            names = sorted(n for n in os.listdir(self.directory) if n.endswith(".json"))
-        except FileNotFoundError:
-            return []
-        out = []
-        for name in names:
-            path = os.path.join(self.directory, name)
-            with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
-                out.append(VolumeRecord.from_json(f.read(_RECORD_MAX_BYTES + 1), path))
-        out.sort(key=lambda r: r.target_path)
-        return out
+        super().__init__(
+            directory,
+            key=lambda r: r.target_path,
+            load=VolumeRecord.from_json,
+            dump=VolumeRecord.to_json,
+            max_bytes=_RECORD_MAX_BYTES,
+        )
