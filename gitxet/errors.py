@@ -12,6 +12,7 @@ Errors carry data fields; user-facing wording lives in ``gitxet.cli``.
     │   ├── XorbNotFoundError
     │   └── FileNotFoundInCASError
     ├── StoreError                  the local store cannot be used (locked, unwritable)
+    ├── BackendError                a CAS server's storage backend (directory, S3) failed
     ├── RemoteError                 a CAS remote failed (HTTP status, connection)
     │   └── AuthError               401/403
     ├── GitError                    the git binary failed or the repo is unusable
@@ -203,8 +204,11 @@ class RangeNotSatisfiableError(GitxetError):
         self.size = size
 
 
-class StorageError(StoreError):
-    """A server storage backend (local directory or S3) failed; ``key`` names the object."""
+class BackendError(GitxetError):
+    """A CAS server's storage backend (local directory or S3) failed; ``key`` names the object.
+
+    Not a :class:`StoreError`: that is the local store of a repository.
+    """
 
     def __init__(self, key: str, reason: str) -> None:
         super().__init__(f"storage {key}: {reason}")

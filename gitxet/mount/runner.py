@@ -57,7 +57,7 @@ _spawn_lock = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
-class MountInfo:
+class MountTableEntry:
     """One line of the kernel's mount table."""
 
     mountpoint: str
@@ -72,20 +72,20 @@ def _unescape(field: bytes) -> str:
     return os.fsdecode(raw)
 
 
-def mount_table(path: str = MOUNTINFO) -> builtins.list[MountInfo]:
+def mount_table(path: str = MOUNTINFO) -> builtins.list[MountTableEntry]:
     """Parse ``/proc/self/mountinfo`` (order kept: later lines are mounted on top)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as exc:
         raise MountError(path, f"cannot read the mount table: {exc}") from exc
-    out: builtins.list[MountInfo] = []
+    out: builtins.list[MountTableEntry] = []
     for line in data.splitlines():
         fields = line.split(b" ")
         try:
             sep = fields.index(b"-", 6)
             out.append(
-                MountInfo(
+                MountTableEntry(
                     mountpoint=_unescape(fields[4]),
                     device=fields[2].decode("ascii"),
                     fstype=_unescape(fields[sep + 1]),
@@ -110,7 +110,9 @@ def normalize_mountpoint(mountpoint: str) -> str:
     return os.path.join(os.path.realpath(head), tail)
 
 
-def find_mount(mountpoint: str, table: Sequence[MountInfo] | None = None) -> MountInfo | None:
+def find_mount(
+    mountpoint: str, table: Sequence[MountTableEntry] | None = None
+) -> MountTableEntry | None:
     """The topmost mount at ``mountpoint``, or ``None``."""
     mnt = normalize_mountpoint(mountpoint)
     rows = mount_table() if table is None else table

@@ -37,6 +37,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gitxet.errors import (
+    BackendError,
     FileNotFoundInCASError,
     FormatError,
     GitError,
@@ -44,7 +45,6 @@ from gitxet.errors import (
     RangeNotSatisfiableError,
     RemoteError,
     RequestRejectedError,
-    StorageError,
     XorbNotFoundError,
 )
 from gitxet.formats.xorb import MAX_XORB_READ_BYTES
@@ -492,7 +492,7 @@ def _exc_response(exc: Exception) -> Response:
         return _error(400, str(exc))
     if isinstance(exc, BodyTooLargeError):
         return _error(413, str(exc))
-    if isinstance(exc, StorageError):
+    if isinstance(exc, BackendError):
         log.error("storage failure: %s", exc)
         return _error(503, "storage temporarily unavailable", {"Retry-After": "1"})
     if isinstance(exc, IntegrityError):

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from gitxet.errors import ConfigError, NotFoundError, StorageError
+from gitxet.errors import BackendError, ConfigError, NotFoundError
 from gitxet.util.atomic import atomic_create, atomic_write
 
 __all__ = ["Backend", "LocalBackend", "S3Backend", "open_backend"]
@@ -33,7 +33,7 @@ _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*
 def check_key(key: str) -> str:
     """Refuse keys that could escape the storage root (``..``, absolute, odd bytes)."""
     if not _KEY_RE.match(key) or len(key) > 512:
-        raise StorageError(key[:80], "invalid object key")
+        raise BackendError(key[:80], "invalid object key")
     return key
 
 
@@ -46,7 +46,7 @@ class ObjectMissingError(NotFoundError):
 
 
 class Backend(ABC):
-    """Immutable-object storage. Every method may raise :class:`StorageError`."""
+    """Immutable-object storage. Every method may raise :class:`BackendError`."""
 
     #: A short description for logs (never contains credentials).
     description: str = ""
@@ -107,7 +107,7 @@ class LocalBackend(Backend):
         try:
             os.makedirs(self.root, exist_ok=True)
         except OSError as e:
-            raise StorageError(self.root, f"cannot create: {e.strerror}") from None
+            raise BackendError(self.root, f"cannot create: {e.strerror}") from None
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))
@@ -122,7 +122,7 @@ class LocalBackend(Backend):
         except FileNotFoundError:
             raise ObjectMissingError(key) from None
         except OSError as e:
-            raise StorageError(key, e.strerror or str(e)) from None
+            raise BackendError(key, e.strerror or str(e)) from None
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         try:
@@ -130,7 +130,7 @@ class LocalBackend(Backend):
         except FileNotFoundError:
             raise ObjectMissingError(key) from None
         except OSError as e:
-            raise StorageError(key, e.strerror or str(e)) from None
+            raise BackendError(key, e.strerror or str(e)) from None
         try:
             return os.pread(fd, length, start)
         finally:
@@ -142,7 +142,7 @@ class LocalBackend(Backend):
         except FileNotFoundError:
             raise ObjectMissingError(key) from None
         except OSError as e:
-            raise StorageError(key, e.strerror or str(e)) from None
+            raise BackendError(key, e.strerror or str(e)) from None
         try:
             size = os.fstat(fd).st_size
             n = min(length, size)
@@ -158,7 +158,7 @@ class LocalBackend(Backend):
             atomic_write(path, data, durable=self.durable)
             return True
         except OSError as e:
-            raise StorageError(key, e.strerror or str(e)) from None
+            raise BackendError(key, e.strerror or str(e)) from None
 
     def exists(self, key: str) -> bool:
         return os.path.exists(self._path(key))
@@ -237,7 +237,7 @@ class S3Backend(Backend):
         code = self._code(e)
         if code in ("NoSuchKey", "404", "NotFound"):
             return ObjectMissingError(key)
-        return StorageError(key, f"S3 {code or type(e).__name__}")
+        return BackendError(key, f"S3 {code or type(e).__name__}")
 
     def get(self, key: str) -> bytes:
         try:

@@ -24,7 +24,7 @@ import re
 import secrets
 import time
 
-from gitxet.errors import StorageError
+from gitxet.errors import BackendError
 from gitxet.remote.protocol import parse_decimal
 from gitxet.server.backends import Backend, ObjectMissingError
 
@@ -42,7 +42,7 @@ def load_or_create_key(backend: Backend) -> bytes:
     """The shared signing key, created (exactly once, whoever wins) on first use.
 
     Raises:
-        StorageError: the stored key is not 32 bytes, or the backend fails.
+        BackendError: the stored key is not 32 bytes, or the backend fails.
     """
     try:
         key = backend.get(KEY_OBJECT)
@@ -50,7 +50,7 @@ def load_or_create_key(backend: Backend) -> bytes:
         backend.put(KEY_OBJECT, secrets.token_bytes(KEY_LEN), if_absent=True)
         key = backend.get(KEY_OBJECT)  # whoever won the race, everyone uses the same key
     if len(key) != KEY_LEN:
-        raise StorageError(KEY_OBJECT, f"signing key is {len(key)} bytes, expected {KEY_LEN}")
+        raise BackendError(KEY_OBJECT, f"signing key is {len(key)} bytes, expected {KEY_LEN}")
     return key
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gitxet.errors import ConfigError, StorageError
+from gitxet.errors import BackendError, ConfigError
 from gitxet.server.auth import TokenStore, valid_repo_name
 from gitxet.server.backends import LocalBackend
 from gitxet.server.signing import KEY_OBJECT, UrlSigner, load_or_create_key
@@ -95,5 +95,5 @@ def test_signing_key_is_shared_through_the_backend(tmp_path: Path) -> None:
     k2 = load_or_create_key(LocalBackend(str(tmp_path / "cas")))
     assert k1 == k2 and len(k1) == 32
     b.put(KEY_OBJECT, b"short")
-    with pytest.raises(StorageError):
+    with pytest.raises(BackendError):
         load_or_create_key(b)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gitxet.errors import ConfigError, StorageError
+from gitxet.errors import BackendError, ConfigError
 from gitxet.server.backends import LocalBackend, ObjectMissingError, S3Backend, open_backend
 
 
@@ -57,7 +57,7 @@ def test_put_if_absent_has_one_winner(tmp_path: Path) -> None:
 @pytest.mark.parametrize("key", ["../x", "/abs", "a/../b", "a//b", ".hidden", "a/.b", "", "a\\b"])
 def test_keys_cannot_escape(tmp_path: Path, key: str) -> None:
     b = LocalBackend(str(tmp_path))
-    with pytest.raises(StorageError, match="invalid object key"):
+    with pytest.raises(BackendError, match="invalid object key"):
         b.put(key, b"x")
 
 
