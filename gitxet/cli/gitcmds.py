@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
     app.command("clean", hidden=True)(clean_cmd)
     app.command("smudge", hidden=True)(smudge_cmd)
     app.command("pre-push", hidden=True)(pre_push_cmd)
+    app.command("credential", hidden=True)(credential_cmd)
 
 
 def _program() -> str:
@@ -78,7 +79,12 @@ def install_cmd(
         bool, typer.Option("--force", help="Overwrite foreign filter settings.")
     ] = False,
 ) -> None:
-    """Configure git's xet filter (global by default) and, in a repository, its hooks."""
+    """Configure git's xet filter and credential helper (global by default) and, in a
+    repository, its hooks.
+
+    The credential helper lets plain git clone/fetch/push authenticate to gitxet servers
+    with the token of 'git xet login' or GITXET_TOKEN; it answers nothing for other hosts.
+    """
     from gitxet.git import config
 
     scope: ScopeOpt = "local" if local else "system" if system else "global"
@@ -90,6 +96,9 @@ def install_cmd(
     _say(
         f"git-xet: filter installed in the {scope} git config ({len(report.written)} keys written)"
     )
+    # git's own clone/fetch/push then find the token of `git xet login` / GITXET_TOKEN
+    if config.install_credential_helper(scope, repo, f"!{program} credential"):
+        _say(f"git-xet: credential helper added to the {scope} git config")
     if repo is not None:
         _install_pre_push(repo, program)
 
@@ -179,6 +188,15 @@ def clean_cmd(path: Annotated[str, typer.Argument()] = "") -> None:
 def smudge_cmd(path: Annotated[str, typer.Argument()] = "") -> None:
     """One-shot smudge filter (stdin -> stdout)."""
     hot.smudge(path)
+
+
+def credential_cmd(
+    action: Annotated[str, typer.Argument(help="get, store or erase (git passes it).")],
+) -> None:
+    """git's credential helper (registered by install): tokens for gitxet servers."""
+    from gitxet.cli.credential import run
+
+    raise typer.Exit(run(action))
 
 
 def pre_push_cmd(

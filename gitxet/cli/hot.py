@@ -162,6 +162,12 @@ def run(argv: list[str]) -> int:
             if not args:
                 return _usage("pre-push needs the remote name (git passes it)")
             pre_push(args[0], args[1] if len(args) > 1 else "")
+        elif name == "credential":
+            from gitxet.cli.credential import run as credential
+
+            if len(args) != 1:
+                return _usage("usage: git-xet credential get|store|erase (git runs it)")
+            return credential(args[0])
         elif name in ("post-checkout", "post-merge"):
             pass  # the filter already wrote (or deliberately left) every file
         else:
@@ -177,4 +183,6 @@ def run(argv: list[str]) -> int:
     return 0
 
 
-HOT = frozenset({"filter-process", "clean", "smudge", "pre-push", "post-checkout", "post-merge"})
+HOT = frozenset(
+    {"filter-process", "clean", "smudge", "pre-push", "post-checkout", "post-merge", "credential"}
+)

@@ -24,9 +24,11 @@ from gitxet.git.process import (
     config_remove_empty_section,
     config_set,
     config_unset,
+    config_unset_value,
 )
 
 __all__ = [
+    "CREDENTIAL_KEY",
     "DEFAULT_FILTER_CMD",
     "FILTER_SECTION",
     "RECORD_KEY",
@@ -34,6 +36,7 @@ __all__ = [
     "UninstallReport",
     "filter_settings",
     "install",
+    "install_credential_helper",
     "installed",
     "is_installed",
     "uninstall",
@@ -43,6 +46,9 @@ DEFAULT_FILTER_CMD = "git-xet filter-process"
 FILTER_SECTION = "filter.xet"
 #: Where ``install`` records what it wrote (same scope as the keys themselves).
 RECORD_KEY = "gitxet.installed"
+#: git's list of credential helpers (multi-valued: gitxet adds its own, keeps the others)
+CREDENTIAL_KEY = "credential.helper"
+_MULTI_VALUED = frozenset({CREDENTIAL_KEY})
 _PROCESS_SUFFIX = " filter-process"
 
 
@@ -155,12 +161,38 @@ def install(
     return InstallReport(written=to_write, unchanged=unchanged)
 
 
+def install_credential_helper(scope: Scope, repo: PathArg | None, helper: str) -> bool:
+    """Add ``helper`` to ``credential.helper`` in ``scope``, after the helpers already there
+    (they keep answering first); an older gitxet helper value is replaced. Returns whether
+    anything changed. A value the user added themselves is left unrecorded (never removed).
+    """
+    _require_repo(scope, repo)
+    if not helper.strip() or "\n" in helper or "\0" in helper:
+        raise ConfigError(f"invalid credential helper: {helper!r}")
+    record = _read_record(scope, repo)
+    current = config_get_all(repo, CREDENTIAL_KEY, scope)
+    ours = record.get(CREDENTIAL_KEY)
+    if helper in current:
+        return False
+    if ours is not None and ours in current:
+        config_unset_value(repo, CREDENTIAL_KEY, ours, scope)
+    config_add(repo, CREDENTIAL_KEY, helper, scope)
+    record[CREDENTIAL_KEY] = helper
+    _write_record(scope, repo, record)
+    return True
+
+
+def _still_ours(repo: PathArg | None, scope: Scope, key: str, value: str) -> bool:
+    current = config_get_all(repo, key, scope)
+    return value in current if key in _MULTI_VALUED else current == [value]
+
+
 def installed(scope: Scope, repo: PathArg | None = None) -> dict[str, str]:
     """Keys gitxet wrote in ``scope`` that still hold the value it wrote."""
     return {
         key: value
         for key, value in _read_record(scope, repo).items()
-        if config_get_all(repo, key, scope) == [value]
+        if _still_ours(repo, scope, key, value)
     }
 
 
@@ -177,12 +209,15 @@ def uninstall(scope: Scope, repo: PathArg | None = None) -> UninstallReport:
     kept: list[str] = []
     for key, value in record.items():
         current = config_get_all(repo, key, scope)
-        if current == [value]:
+        if key in _MULTI_VALUED and value in current:
+            config_unset_value(repo, key, value, scope)  # only our value; others stay
+            removed.append(key)
+        elif current == [value]:
             config_unset(repo, key, scope)
             removed.append(key)
         elif current:  # changed since: the user's now
             kept.append(key)
     config_unset(repo, RECORD_KEY, scope)
-    for section in (FILTER_SECTION, RECORD_KEY.rpartition(".")[0]):
+    for section in (FILTER_SECTION, RECORD_KEY.rpartition(".")[0], "credential"):
         config_remove_empty_section(repo, section, scope)
     return UninstallReport(removed=removed, kept=kept)

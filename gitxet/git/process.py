@@ -355,6 +355,17 @@ def config_unset(cwd: PathArg | None, key: str, scope: Scope = "local") -> bool:
     return True
 
 
+def config_unset_value(cwd: PathArg | None, key: str, value: str, scope: Scope = "local") -> bool:
+    """Remove the values of a multi-valued ``key`` equal to ``value``; False if none was."""
+    args = ["config", *_scope_args(scope), "--fixed-value", "--unset-all", _config_key(key)]
+    result = run([*args, value], cwd, None)
+    if result.returncode == 5:
+        return False
+    if result.returncode != 0:
+        raise fail(args, result)
+    return True
+
+
 def config_remove_empty_section(cwd: PathArg | None, section: str, scope: Scope = "local") -> bool:
     """Drop a left-over empty ``[section]`` header (e.g. ``filter.xet``).
 

@@ -813,3 +813,20 @@ def discover(
     finally:
         if http is None:
             client.close()
+
+
+def is_gitxet_server(repo_url: str, *, timeout: float = 5.0) -> bool:
+    """Whether ``repo_url``'s server is a gitxet server that wants a token: an anonymous
+    ``info/refs`` request is answered 401 with the ``realm="gitxet"`` challenge.
+
+    Used by the git credential helper to offer ``GITXET_TOKEN`` (and the ``git xet login``
+    hint) only to gitxet servers, never to every host git asks about. Any failure is "no".
+    """
+    url = repo_url.rstrip("/") + "/info/refs?service=git-upload-pack"
+    try:
+        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+            r = client.get(url, headers={"User-Agent": USER_AGENT})
+    except (httpx.HTTPError, ValueError):
+        return False
+    challenge = r.headers.get("www-authenticate", "")
+    return r.status_code == 401 and 'realm="gitxet"' in challenge

@@ -248,6 +248,10 @@ class GitHttpBackend:
                 await proc.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             pass  # git stopped reading (e.g. it answered an error); its output says why
+        except RuntimeError:
+            # uvloop's way of saying the same: the pipe's transport closed under the write
+            if not proc.stdin.is_closing():
+                raise
         except BodyTooLargeError:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()

@@ -151,3 +151,31 @@ def test_local_scope_needs_a_repo() -> None:
         gc.install("local")
     with pytest.raises(ConfigError, match="repository"):
         gc.uninstall("local")
+
+
+def test_credential_helper_is_added_after_others_and_removed_alone(git_repo: Path) -> None:
+    gp.config_add(git_repo, "credential.helper", "store", "local")
+    assert gc.install_credential_helper("local", git_repo, "!git-xet credential")
+    assert gp.config_get_all(git_repo, "credential.helper", "local") == [
+        "store",
+        "!git-xet credential",
+    ]
+    assert not gc.install_credential_helper("local", git_repo, "!git-xet credential")
+    # a new program path replaces our old value, never the user's
+    assert gc.install_credential_helper("local", git_repo, "!/opt/py -m gitxet credential")
+    assert gp.config_get_all(git_repo, "credential.helper", "local") == [
+        "store",
+        "!/opt/py -m gitxet credential",
+    ]
+    gp.config_add(git_repo, "credential.helper", "cache", "local")  # the user adds one later
+    assert gc.installed("local", git_repo)["credential.helper"] == "!/opt/py -m gitxet credential"
+    report = gc.uninstall("local", git_repo)
+    assert "credential.helper" in report.removed
+    assert gp.config_get_all(git_repo, "credential.helper", "local") == ["store", "cache"]
+
+
+def test_a_helper_the_user_set_is_never_removed(git_repo: Path) -> None:
+    gp.config_add(git_repo, "credential.helper", "!git-xet credential", "local")
+    assert not gc.install_credential_helper("local", git_repo, "!git-xet credential")
+    gc.uninstall("local", git_repo)
+    assert gp.config_get_all(git_repo, "credential.helper", "local") == ["!git-xet credential"]

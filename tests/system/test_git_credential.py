@@ -1,0 +1,160 @@
+"""Plain git against a real `git xet serve` on loopback, authenticated by gitxet's credential
+helper: after `git xet install` + `git xet login URL` (or with GITXET_TOKEN set), `git clone`,
+`git fetch` and `git push` need no token in the URL and never prompt; with neither, git fails
+with one line naming `git xet login`. The keyring is a file backend the test sets up."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitxet.server.auth import TokenStore
+from gitxet.server.run import BackgroundServer, ServerConfig
+from tests.helpers.keyring_backends import FileKeyring
+from tests.helpers.secrets import assert_token_nowhere
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def srv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_keyring: FileKeyring
+) -> Iterator[tuple[str, str]]:
+    """(repo URL without credentials, write token); git-xet on PATH, installed globally."""
+    root = tmp_path / "srv"
+    write, _ = TokenStore(str(root)).create("write")
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GITXET_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("GIT_TERMINAL_PROMPT", "0")
+    monkeypatch.delenv("GIT_ASKPASS", raising=False)  # conftest's `true` would answer empty
+    run("git-xet", "install", cwd=tmp_path)
+    with BackgroundServer(ServerConfig(root=str(root), port=0)) as s:
+        yield f"{s.url}/data.git", write
+
+
+def run(
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+    stdin: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    full = dict(os.environ)
+    full.update(env or {})
+    r = subprocess.run(
+        list(args), cwd=cwd, env=full, capture_output=True, text=True, timeout=240, input=stdin
+    )
+    if check and r.returncode != 0:
+        raise AssertionError(f"{args}: {r.returncode}\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def _make_work(tmp_path: Path, url: str) -> tuple[Path, bytes]:
+    work = tmp_path / "work"
+    run("git", "init", "-q", str(work), cwd=tmp_path)
+    run("git-xet", "init", cwd=work)
+    big = random.Random(7).randbytes(2 << 20)
+    (work / "big.bin").write_bytes(big)
+    run("git-xet", "add", ".", cwd=work)
+    run("git", "commit", "-qm", "v1", cwd=work)
+    run("git", "remote", "add", "origin", url, cwd=work)
+    return work, big
+
+
+def test_login_makes_plain_git_work(srv: tuple[str, str], tmp_path: Path) -> None:
+    url, token = srv
+    assert (
+        "git-xet credential"
+        in run("git", "config", "--global", "credential.helper", cwd=tmp_path).stdout
+    )
+    work, big = _make_work(tmp_path, url)
+    # neither a login nor GITXET_TOKEN: git fails at once, with one line naming the fix
+    r = run("git", "push", "-q", "origin", "main", cwd=work, check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    hints = [ln for ln in r.stderr.splitlines() if "git xet login" in ln]
+    assert len(hints) == 1, r.stderr
+    assert url.rsplit("/", 1)[0] in hints[0]
+
+    login = run("git-xet", "login", url, "--token-stdin", cwd=tmp_path, stdin=token + "\n")
+    run("git", "push", "-q", "origin", "main", cwd=work)  # git and the pre-push upload
+    clone = tmp_path / "clone"
+    r = run("git", "clone", "-q", url, str(clone), cwd=tmp_path)
+    assert (clone / "big.bin").read_bytes() == big  # smudged with the keyring's token
+
+    (work / "more.txt").write_text("v2\n")
+    run("git", "add", "more.txt", cwd=work)
+    run("git", "commit", "-qm", "v2", cwd=work)
+    run("git", "push", "-q", "origin", "main", cwd=work)
+    fetched = run("git", "fetch", "-q", "origin", cwd=clone)
+    head = run("git", "rev-parse", "origin/main", cwd=clone).stdout
+    assert head == run("git", "rev-parse", "main", cwd=work).stdout
+    assert_token_nowhere(
+        token,
+        paths=[clone / ".git" / "config", work / ".git" / "config", tmp_path / "state"],
+        texts=[login.stdout, login.stderr, r.stderr, fetched.stderr],
+        cwd=clone,
+    )
+
+
+def test_gitxet_token_makes_plain_git_work(srv: tuple[str, str], tmp_path: Path) -> None:
+    url, token = srv
+    env = {"GITXET_TOKEN": token}
+    work, big = _make_work(tmp_path, url)
+    pushed = run("git", "push", "-q", "origin", "main", cwd=work, env=env)
+    clone = tmp_path / "clone"
+    cloned = run("git", "clone", "-q", url, str(clone), cwd=tmp_path, env=env)
+    assert (clone / "big.bin").read_bytes() == big
+    run("git", "fetch", "-q", "origin", cwd=clone, env=env)
+    # a wrong token: git fails, never prompts, no traceback
+    r = run(
+        "git", "fetch", "-q", "origin", cwd=clone, env={"GITXET_TOKEN": "gxt_nope"}, check=False
+    )
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert_token_nowhere(
+        token,
+        paths=[clone / ".git" / "config", tmp_path / "state"],
+        texts=[pushed.stderr, cloned.stderr],
+        env={**os.environ, **env},
+        cwd=clone,
+    )
+
+
+def test_helper_says_nothing_for_other_hosts(srv: tuple[str, str], tmp_path: Path) -> None:
+    url, token = srv
+    env = {"GITXET_TOKEN": token}
+    # a host that is not a gitxet server (here: nothing listens) gets no token and no hint
+    other = run(
+        "git-xet", "credential", "get", cwd=tmp_path, env=env,
+        stdin="protocol=http\nhost=127.0.0.1:9\npath=x.git\n\n",
+    )  # fmt: skip
+    assert (other.stdout, other.stderr) == ("", "")
+    # ssh, or a description that already has a password: nothing either
+    ssh = run(
+        "git-xet", "credential", "get", cwd=tmp_path, env=env, stdin="protocol=ssh\nhost=h\n\n"
+    )
+    assert ssh.stdout == ""
+    host = url.split("/")[2]
+    ours = run(
+        "git-xet", "credential", "get", cwd=tmp_path, env=env,
+        stdin=f"protocol=http\nhost={host}\n\n",
+    )  # fmt: skip
+    assert ours.stdout == f"username=gitxet\npassword={token}\n\n"
+    # store and erase change nothing and print nothing
+    for action in ("store", "erase"):
+        r = run(
+            "git-xet", "credential", action, cwd=tmp_path, env=env,
+            stdin=f"protocol=http\nhost={host}\nusername=gitxet\npassword={token}\n\n",
+        )  # fmt: skip
+        assert (r.stdout, r.stderr) == ("", "")
+    # uninstall removes our helper and nothing else
+    run("git", "config", "--global", "--add", "credential.helper", "cache", cwd=tmp_path)
+    run("git-xet", "uninstall", cwd=tmp_path)
+    helpers = run("git", "config", "--global", "--get-all", "credential.helper", cwd=tmp_path)
+    assert helpers.stdout.splitlines() == ["cache"]
