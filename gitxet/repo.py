@@ -318,15 +318,15 @@ class XetRepo:
         """Reconstruct a pointer's content into ``dst`` (fetching it first if needed)."""
         if ptr.size == 0:
             return
-        fh = from_hex(ptr.xet_hash)
+        fhash = from_hex(ptr.xet_hash)
         source: ChunkSource = self.cas
-        if self.cas.file_info(fh) is None:
+        if self.cas.file_info(fhash) is None:
             remote_src = self._remote_source()
             if remote_src is not None:
                 source = remote_src
             else:
                 self.ensure_local([ptr])
-        reader = FileReader(source, fh)
+        reader = FileReader(source, fhash)
         if reader.size != ptr.size:
             from gitxet.errors import IntegrityError
 

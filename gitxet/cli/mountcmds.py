@@ -152,7 +152,7 @@ def _start_daemon(
 ) -> None:
     import gitxet.mount.fuse
     import gitxet.vfs.model  # noqa: F401
-    from gitxet.mount.runner import MountRecord, start_background
+    from gitxet.mount.runner import MountRecord, log_path_for, start_background
     from gitxet.settings import cache_root
 
     def daemon() -> int:
@@ -179,8 +179,7 @@ def _start_daemon(
 
     logs = os.path.join(_state_dir(), "logs")
     os.makedirs(logs, exist_ok=True)
-    log = os.path.join(logs, mnt.strip("/").replace("/", "_") + ".log")
-    proc = start_background(daemon, mnt, timeout=timeout, log_path=log)
+    proc = start_background(daemon, mnt, timeout=timeout, log_path=log_path_for(logs, mnt))
     _registry().record(
         MountRecord.for_process(
             proc, kind="fuse", repo=repo, commit=sha, cache_dir=cache_root(cache[0])

@@ -89,9 +89,9 @@ def locate(
     files ``cas`` lacks (and not at all when None)."""
     out: list[DataLocation] = []
     for path, ptr in found:
-        fh = from_hex(ptr.xet_hash)
-        local = is_local(cas, fh)
-        there = None if local or remote is None else on_remote(remote, fh)
+        fhash = from_hex(ptr.xet_hash)
+        local = is_local(cas, fhash)
+        there = None if local or remote is None else on_remote(remote, fhash)
         out.append(DataLocation(path, ptr, local, there))
     return out
 
@@ -100,8 +100,8 @@ def count_unpushed(cas: LocalCAS, remote: CASRemote, found: Sequence[tuple[str, 
     """How many of the files have their data in ``cas`` but not on ``remote``."""
     n = 0
     for _, ptr in found:
-        fh = from_hex(ptr.xet_hash)
-        if is_local(cas, fh) and not on_remote(remote, fh):
+        fhash = from_hex(ptr.xet_hash)
+        if is_local(cas, fhash) and not on_remote(remote, fhash):
             n += 1
     return n
 

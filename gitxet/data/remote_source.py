@@ -93,9 +93,20 @@ class DiskChunkCache:
         os.makedirs(os.path.join(self.root, "shards"), exist_ok=True)
         self._lock = threading.Lock()
         self._approx = self._scan_size()
+        self._stats_lock = threading.Lock()  # readers on many threads count here
         self.hits = 0
         self.misses = 0
-        self.fetched_bytes = 0
+        self.fetched_bytes = 0  # decoded bytes of the verified chunks fetched from a server
+
+    def _count(self, *, hits: int = 0, misses: int = 0, fetched: int = 0) -> None:
+        with self._stats_lock:
+            self.hits += hits
+            self.misses += misses
+            self.fetched_bytes += fetched
+
+    def note_fetched(self, chunks: Sequence[bytes]) -> None:
+        """Count chunks fetched from a server (their decoded bytes, whatever the wire form)."""
+        self._count(fetched=sum(len(c) for c in chunks))
 
     def _chunk_path(self, xorb: bytes, idx: int) -> str:
         hx = to_hex(xorb)
@@ -115,16 +126,16 @@ class DiskChunkCache:
             with open(path, "rb") as f:
                 data = f.read()
         except OSError:
-            self.misses += 1
+            self._count(misses=1)
             return None
         if chunk_hash(data) != expected_hash:
             with contextlib.suppress(OSError):
                 os.unlink(path)
-            self.misses += 1
+            self._count(misses=1)
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # LRU by mtime
-        self.hits += 1
+        self._count(hits=1)
         return data
 
     def put(self, xorb: bytes, idx: int, data: bytes) -> None:
@@ -290,12 +301,12 @@ class RemoteChunkSource:
     def _entries(self, xorb_hash: bytes, refresh: bool) -> list[tuple[int, int, str, int, int]]:
         with self._lock:
             cached = self._urls.get(xorb_hash)
-            fh = self._xorb_file.get(xorb_hash)
+            fhash = self._xorb_file.get(xorb_hash)
         if cached is not None and not refresh and time.monotonic() - cached[0] < URL_TTL:
             return cached[1]
-        if fh is None:
+        if fhash is None:
             raise XorbNotFoundError(to_hex(xorb_hash))
-        rec = self.client.get_reconstruction(fh)
+        rec = self.client.get_reconstruction(fhash)
         now = time.monotonic()
         fresh: dict[bytes, list[tuple[int, int, str, int, int]]] = {}
         for xhex, infos in rec.fetch.items():
@@ -347,8 +358,8 @@ class RemoteChunkSource:
                 if chunk_hash(c) != lay.chunk_hashes[k]:
                     raise IntegrityError("xorb", to_hex(xorb_hash), f"chunk {k} does not match")
                 self.cache.put(xorb_hash, k, c)
-                self.cache.fetched_bytes += len(c)
                 got[k] = c
+            self.cache.note_fetched(chunks)
             return got
         raise XorbNotFoundError(to_hex(xorb_hash))
 
@@ -367,7 +378,6 @@ class RemoteChunkSource:
                 if e.status == 403 and attempt == 0:
                     continue  # the signed URL expired: ask for fresh ones
                 raise
-            self.cache.fetched_bytes += len(raw)
             try:
                 chunks = xorbfmt.decode_chunks(raw, expected_count=ce - cs)
             except FormatError as e:
@@ -382,16 +392,17 @@ class RemoteChunkSource:
                     )
                 self.cache.put(xorb_hash, k, c)
                 got[k] = c
+            self.cache.note_fetched(chunks)
             return got
         raise XorbNotFoundError(hx)
 
     def warm(self, file_hashes: Sequence[bytes]) -> int:
-        """Fetch and cache every chunk of the given files; returns the bytes fetched."""
+        """Fetch and cache every chunk of the given files; returns the (decoded) bytes fetched."""
         before = self.cache.fetched_bytes
-        for fh in file_hashes:
-            info = self.file_info(fh)
+        for fhash in file_hashes:
+            info = self.file_info(fhash)
             if info is None:
-                raise FileNotFoundInCASError(to_hex(fh))
+                raise FileNotFoundInCASError(to_hex(fhash))
             for t in info.terms:
                 self.read_chunks(t.xorb_hash, t.chunk_start, t.chunk_end)
         return self.cache.fetched_bytes - before

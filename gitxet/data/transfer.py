@@ -133,12 +133,12 @@ def push_files(
     """
     wanted = list(dict.fromkeys(file_hashes))
     shard_names: set[str] = set()
-    for fh in wanted:
-        names = local.shards_for_files([fh])
-        if not names and local.file_info(fh) is None and fh != bytes(32):
-            if remote.shards_for_file(fh):
+    for fhash in wanted:
+        names = local.shards_for_files([fhash])
+        if not names and local.file_info(fhash) is None and fhash != bytes(32):
+            if remote.shards_for_file(fhash):
                 continue  # uploaded by someone else (another clone, hf_xet): nothing to send
-            raise FileNotFoundInCASError(to_hex(fh))
+            raise FileNotFoundInCASError(to_hex(fhash))
         shard_names.update(names)
     has_shard = getattr(remote, "has_shard", None)  # remotes that can tell cheaply
     if has_shard is not None:
@@ -176,13 +176,13 @@ def fetch_files(
         FileNotFoundInCASError: the remote does not know a file.
         XorbNotFoundError: the remote lacks a xorb its shard references.
     """
-    wanted = [fh for fh in dict.fromkeys(file_hashes) if fh != bytes(32)]
-    missing = [fh for fh in wanted if local.file_info(fh) is None]
+    wanted = [fhash for fhash in dict.fromkeys(file_hashes) if fhash != bytes(32)]
+    missing = [fhash for fhash in wanted if local.file_info(fhash) is None]
     shards: dict[str, bytes] = {}
-    for fh in missing:
-        found = remote.shards_for_file(fh)
+    for fhash in missing:
+        found = remote.shards_for_file(fhash)
         if not found:
-            raise FileNotFoundInCASError(to_hex(fh))
+            raise FileNotFoundInCASError(to_hex(fhash))
         for data in found:
             shards[to_hex(_name(data))] = data
     xorbs: set[bytes] = set()

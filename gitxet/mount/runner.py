@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from gitxet.errors import FormatError, MountError
 from gitxet.formats.record import parse_record
-from gitxet.util.records import RecordDir
+from gitxet.util.records import RecordDir, record_name
 
 MOUNTINFO = "/proc/self/mountinfo"
 LOG_TAIL_LINES = 20
@@ -108,6 +108,17 @@ def normalize_mountpoint(mountpoint: str) -> str:
     if not tail:  # "/" itself
         return absolute
     return os.path.join(os.path.realpath(head), tail)
+
+
+def log_path_for(logs_dir: str, mountpoint: str) -> str:
+    """Where the daemon of ``mountpoint`` logs, under ``logs_dir``: one file per mountpoint.
+
+    The name keeps the mountpoint's last component (readable in a listing) and adds a hash
+    of the whole normalized path, so ``/a_b`` and ``/a/b`` never share a log.
+    """
+    mnt = normalize_mountpoint(mountpoint)
+    base = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(mnt))[:64] or "root"
+    return os.path.join(logs_dir, f"{base}-{record_name(mnt)[:16]}.log")
 
 
 def find_mount(

@@ -54,7 +54,7 @@ from gitxet.settings import (
     TOKEN_ENV,
     is_size,
 )
-from gitxet.util.records import RecordDir, record_name
+from gitxet.util.records import RecordDir
 
 # The environment of mount daemons when the caller gives none: enough to find git and
 # fusermount3, and nothing inherited by accident (library code does not read os.environ).
@@ -407,9 +407,13 @@ class SubprocessMounter:
             argv += ["--subdir", spec.subdir.strip("/")]
         if self.allow_other:
             argv.append("--allow-other")
-        log = os.path.join(self._logs, record_name(mnt) + ".log")
         proc = runner.start_background(
-            argv, mnt, timeout=timeout, log_path=log, cwd="/", env=self._daemon_env(spec)
+            argv,
+            mnt,
+            timeout=timeout,
+            log_path=runner.log_path_for(self._logs, mnt),
+            cwd="/",
+            env=self._daemon_env(spec),
         )
         rec = _Record(
             target=mnt,

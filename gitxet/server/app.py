@@ -205,9 +205,11 @@ def _data_url(request: Request) -> Callable[[str], str]:
 
 async def _reconstruction(request: Request, version: int) -> Response:
     _authorize(request, "read")
-    fh = _hash_param(request, "file_id")
+    fhash = _hash_param(request, "file_id")
     rng = _range(request)
-    recon = await run_in_threadpool(_st(request).service.reconstruct, fh, rng, _data_url(request))
+    recon = await run_in_threadpool(
+        _st(request).service.reconstruct, fhash, rng, _data_url(request)
+    )
     return JSONResponse(recon.to_v2() if version == 2 else recon.to_v1())
 
 
@@ -348,8 +350,8 @@ async def dedup_chunk(request: Request) -> Response:
 
 async def file_shard(request: Request) -> Response:
     _authorize(request, "read")
-    fh = _hash_param(request, "file_id")
-    data = await run_in_threadpool(_st(request).service.file_shard, fh)
+    fhash = _hash_param(request, "file_id")
+    data = await run_in_threadpool(_st(request).service.file_shard, fhash)
     return Response(data, media_type=p.OCTET)
 
 

@@ -506,8 +506,8 @@ class LocalCAS:
     def xorbs_for_files(self, file_hashes: Iterable[bytes]) -> set[bytes]:
         """Every xorb the given files' reconstructions reference (files unknown are skipped)."""
         out: set[bytes] = set()
-        for fh in file_hashes:
-            info = self.file_info(fh)
+        for fhash in file_hashes:
+            info = self.file_info(fhash)
             if info is not None:
                 out.update(t.xorb_hash for t in info.terms)
         return out
@@ -516,8 +516,8 @@ class LocalCAS:
         """Names of the shards that describe the given files."""
         db = self._db()
         out: set[str] = set()
-        for fh in file_hashes:
-            row = db.execute("SELECT shard FROM files WHERE hash = ?", (fh,)).fetchone()
+        for fhash in file_hashes:
+            row = db.execute("SELECT shard FROM files WHERE hash = ?", (fhash,)).fetchone()
             if row is not None:
                 out.add(str(row[0]))
         return out

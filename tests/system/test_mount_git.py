@@ -196,6 +196,26 @@ def test_bad_commit_and_missing_data(tmp_path: Path, dataset: dict[str, object])
         run("git-xet", "unmount", str(mnt), cwd=tmp_path, check=False)
 
 
+def test_each_mount_has_its_own_log(tmp_path: Path, dataset: dict[str, object]) -> None:
+    """``/x/a_b`` and ``/x/a/b`` once shared one log file (the name replaced "/" by "_")."""
+    remote = dataset["remote"]
+    mnts = [tmp_path / "a_b", tmp_path / "a" / "b"]
+    try:
+        for mnt in mnts:
+            mnt.mkdir(parents=True)
+            run("git-xet", "mount", str(remote), "main", str(mnt), cwd=tmp_path)
+        recs = {
+            (rec := json.loads(line))["mountpoint"]: rec["log"]
+            for line in run("git-xet", "mounts", "--json", cwd=tmp_path).stdout.splitlines()
+        }
+        assert set(recs) == {str(m) for m in mnts}
+        logs = set(recs.values())
+        assert len(logs) == 2 and all(Path(log).is_file() for log in logs), recs
+    finally:
+        for mnt in mnts:
+            run("git-xet", "unmount", str(mnt), cwd=tmp_path, check=False)
+
+
 @pytest.mark.nfs
 def test_nfs_serve_with_libnfs(tmp_path: Path, dataset: dict[str, object]) -> None:
     if shutil.which("nfs-cat") is None:

@@ -299,3 +299,16 @@ def test_unmount_helpers_per_kind() -> None:
         ["umount", "-l", "/m"],
     ]
     assert _unmount_commands("/m", "nfs", lazy=False) == [["umount", "/m"]]
+
+
+def test_log_names_never_collide(tmp_path: Path) -> None:
+    from gitxet.mount.runner import log_path_for
+
+    logs = str(tmp_path / "logs")
+    spellings = ["/data/a_b", "/data/a/b", "/data_a/b", "/data/a b", "/data/a\nb", "/"]
+    paths = [log_path_for(logs, m) for m in spellings]
+    assert len(set(paths)) == len(spellings)  # "/a_b" and "/a/b" used to share one log
+    assert all(os.path.dirname(p) == logs and p.endswith(".log") for p in paths)
+    assert os.path.basename(paths[0]).startswith("a_b-")  # still readable
+    assert "\n" not in paths[4] and " " not in paths[3]
+    assert log_path_for(logs, "/data/a/b/") == paths[1]  # one mountpoint, one log
