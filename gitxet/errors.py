@@ -104,7 +104,8 @@ class UnsafePathError(GitxetError):
     ``gitxet.git.paths`` (``..``, absolute, ``.git``, ...) or leads through a symlink."""
 
     def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: refusing to write an unsafe path ({reason})")
+        shown = path if path.isprintable() else repr(path)  # invisible code points show
+        super().__init__(f"{shown}: refusing to write this path: {reason}")
         self.path = path
         self.reason = reason
 

@@ -22,7 +22,8 @@ def describe(exc: BaseException) -> tuple[str, int]:
         path, cause = exc.failures[0]
         msg, code = describe(cause)
         more = len(exc.failures) - 1
-        msg = msg if msg.startswith(f"{path}: ") else f"{path}: {msg}"
+        if not isinstance(cause, errors.UnsafePathError):  # that one names its path itself
+            msg = f"{path}: {msg}"
         return msg + (f" (and {more} more file(s) failed)" if more else ""), code
     if isinstance(exc, errors.AuthError):
         return f"access denied: {exc}", EXIT_AUTH

@@ -116,7 +116,7 @@ def unsafe_name(name: bytes, mode: int | None = None) -> str | None:
     # Windows also splits names at '\\' (fsck_tree checks the rest after each one)
     pieces = [name] + [name[i + 1 :] for i, c in enumerate(name) if c == 0x5C]
     if _is_hfs_dot(name, b"git") or any(_is_ntfs_dotgit(p) for p in pieces):
-        return "a '.git' name (or one a case-insensitive filesystem reads as '.git')"
+        return "'.git', or a name NTFS or HFS+ reads as '.git'"
     if mode == _MODE_LINK and (
         _is_hfs_dot(name, b"gitmodules") or any(_is_ntfs_dotgitmodules(p) for p in pieces)
     ):

@@ -390,7 +390,7 @@ class CommitFS:
             self._hidden.put(shown, True)
         if first:
             log.warning(
-                "commit %s: %s: symlink target of %d bytes shown as a broken link",
+                "commit %s: %r: symlink target of %d bytes shown as a broken link",
                 self._commit_hex,
                 shown,
                 size,
@@ -536,7 +536,7 @@ class CommitFS:
             first = shown not in self._hidden
             self._hidden.put(shown, True)
         if first:
-            log.warning("commit %s: %s is not shown: %s", self._commit_hex, shown, why)
+            log.warning("commit %s: %r is not shown: %s", self._commit_hex, shown, why)
 
     def _children(self, node: _Node) -> dict[bytes, _Node]:
         kids = node.children
