@@ -83,6 +83,15 @@ def spawn(mountpoint: str, log: Path, *flags: str) -> subprocess.Popen[bytes]:
     return proc
 
 
+def wait_for_file(path: Path, timeout: float = STEP_TIMEOUT) -> None:
+    """Wait until ``path`` exists (a marker a daemon creates); fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{path} did not appear within {timeout:g} s")
+        time.sleep(0.01)
+
+
 def wait_exit(proc: subprocess.Popen[bytes], timeout: float = STEP_TIMEOUT) -> int | None:
     """The exit status, or ``None`` if the process is still running after ``timeout``."""
     try:

@@ -3,7 +3,8 @@
 Run as ``python -m tests.helpers.fuse_serve MOUNTPOINT [--fail-reads] [--gate NAME]`` from the
 repository root. ``--gate NAME`` makes reads of that one file wait until the daemon receives
 SIGUSR1, so a test can hold one read in flight and check that the rest of the mount still
-answers. ``--ready-file PATH`` is written once the mount is live.
+answers; ``--gate-entered PATH`` is created when such a read reaches the daemon (the test
+waits for it instead of sleeping). ``--ready-file PATH`` is written once the mount is live.
 """
 
 from __future__ import annotations
@@ -53,8 +54,11 @@ def build_tree() -> dict[str, object]:
 class GatedFS(MemoryFS):
     """MemoryFS whose reads of one file wait on ``read_event`` (the others never wait)."""
 
-    def __init__(self, files: dict[str, object], gated: str | None) -> None:
+    def __init__(
+        self, files: dict[str, object], gated: str | None, entered: str | None = None
+    ) -> None:
         super().__init__(files)
+        self._entered = entered
         self._gated_ino: int | None = None
         if gated is not None:
             ino = self.root_ino
@@ -65,6 +69,9 @@ class GatedFS(MemoryFS):
 
     def read(self, ino: int, offset: int, size: int) -> bytes:
         if ino == self._gated_ino:
+            if self._entered is not None:
+                with open(self._entered, "a"):
+                    pass
             self.gate.wait(30)
         return super().read(ino, offset, size)
 
@@ -74,13 +81,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("mountpoint")
     ap.add_argument("--fail-reads", action="store_true")
     ap.add_argument("--gate")
+    ap.add_argument("--gate-entered")
     ap.add_argument("--ready-file")
     ap.add_argument("--grace", type=float, default=5.0)
     ap.add_argument("--fail-ready", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
-    fs = GatedFS(build_tree(), args.gate)
+    fs = GatedFS(build_tree(), args.gate, args.gate_entered)
     fs.fail_reads = args.fail_reads
 
     def open_gate(signum: int, frame: Any) -> None:

@@ -192,8 +192,14 @@ def test_killed_push_keeps_remote_consistent_and_rerun_completes(tmp_path: Path)
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+        # the kill lands ``delay`` after gitxet's pre-push hook started, not before it ran
+        end = time.monotonic() + 60
+        while p.poll() is None and not _gitxet_pids(work, b"pre-push"):
+            assert time.monotonic() < end, "the pre-push hook never started"
+            time.sleep(0.002)
         time.sleep(delay)
-        os.killpg(p.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         remote_consistent(remote)
     # A receive-pack killed while updating a ref leaves git's own ref lock behind (git
@@ -247,8 +253,8 @@ def test_killed_checkout_leaves_no_half_written_file(tmp_path: Path) -> None:
     assert git("diff-files", "--name-only", cwd=clone).strip() == ""
 
 
-def _filter_pids(cwd: Path) -> list[int]:
-    """Pids of `git-xet filter-process` processes working in ``cwd``."""
+def _gitxet_pids(cwd: Path, command: bytes) -> list[int]:
+    """Pids of ``git-xet <command>`` processes working in ``cwd``."""
     pids = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -258,7 +264,7 @@ def _filter_pids(cwd: Path) -> list[int]:
             where = os.readlink(d / "cwd")
         except OSError:
             continue
-        if b"filter-process" in cmd and where == str(cwd):
+        if command in cmd.split(b"\0") and where == str(cwd):
             pids.append(int(d.name))
     return pids
 
@@ -270,7 +276,7 @@ def _kill_filter_during(args: list[str], cwd: Path, delay: float) -> None:
     )
     end = time.monotonic() + 60
     while p.poll() is None and time.monotonic() < end:
-        pids = _filter_pids(cwd)
+        pids = _gitxet_pids(cwd, b"filter-process")
         if pids:
             time.sleep(delay)
             for pid in pids:

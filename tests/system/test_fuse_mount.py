@@ -26,6 +26,7 @@ from tests.helpers.fuse_env import (
     spawn,
     stop,
     wait_exit,
+    wait_for_file,
     wait_unmounted,
 )
 from tests.helpers.fuse_serve import MANY, PARALLEL_FILES, build_tree
@@ -51,7 +52,9 @@ def mounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mounted]:
     mnt.mkdir()
     proc = None
     try:
-        proc = spawn(str(mnt), base / "daemon.log", "--gate", GATED)
+        proc = spawn(
+            str(mnt), base / "daemon.log", "--gate", GATED, "--gate-entered", str(base / "entered")
+        )
         yield mnt, proc
     finally:
         stop(str(mnt), proc)
@@ -183,8 +186,8 @@ def test_blocked_read_leaves_the_mount_responsive(mounted: Mounted) -> None:
     t = threading.Thread(target=slow_reader, daemon=True)
     t.start()
     try:
-        time.sleep(0.3)
-        assert t.is_alive() and not result  # the gated read is in flight
+        wait_for_file(mnt.parent / "entered")  # the gated read reached the daemon
+        assert t.is_alive() and not result  # ... and waits there
         start = time.monotonic()
         assert len(os.listdir(mnt / "many")) == MANY
         os.stat(mnt / "edge/page.bin")

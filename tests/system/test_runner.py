@@ -29,6 +29,7 @@ from tests.helpers.fuse_env import (
     helper_argv,
     kill_pid,
     require_fuse,
+    wait_for_file,
 )
 
 pytestmark = pytest.mark.fuse
@@ -176,7 +177,10 @@ def test_real_daemon_failure_carries_its_traceback(tmp_path: Path) -> None:
 
 
 def test_sigterm_with_a_stuck_read_still_unmounts(mnt: Path, tmp_path: Path) -> None:
-    proc = start(mnt, tmp_path, "--gate", "slow.bin", "--grace", "0.5")
+    entered = tmp_path / "entered"
+    proc = start(
+        mnt, tmp_path, "--gate", "slow.bin", "--gate-entered", str(entered), "--grace", "0.5"
+    )
     outcome: list[BaseException | bytes] = []
 
     def stuck_reader() -> None:
@@ -188,8 +192,8 @@ def test_sigterm_with_a_stuck_read_still_unmounts(mnt: Path, tmp_path: Path) -> 
     reader = threading.Thread(target=stuck_reader, daemon=True)
     reader.start()
     try:
-        time.sleep(0.3)
-        assert reader.is_alive()  # the read waits for a gate that never opens
+        wait_for_file(entered)  # the read reached the daemon
+        assert reader.is_alive()  # ... and waits for a gate that never opens
         began = time.monotonic()
         os.kill(proc.pid, signal.SIGTERM)
         assert wait_dead(proc)

@@ -380,10 +380,14 @@ class GateFS(MemoryFS):
         self.gate = threading.Event()
         self.slow = {self.lookup(1, n).ino for n in (b"slow1", b"slow2", b"slow3")}
         self.read_threads: set[int] = set()
+        self.waiting = 0  # slow reads now held at the gate
+        self._count = threading.Lock()
 
     def read(self, ino: int, offset: int, size: int) -> bytes:
         self.read_threads.add(threading.get_ident())
         if ino in self.slow:
+            with self._count:
+                self.waiting += 1
             self.gate.wait(10)
         return super().read(ino, offset, size)
 
@@ -405,7 +409,9 @@ def test_blocked_reads_do_not_block_metadata_or_other_reads() -> None:
         async with trio.open_nursery() as nursery:
             for name in ("slow1", "slow2"):  # fill the whole read limiter
                 nursery.start_soon(reader, name)
-            await trio.sleep(0.05)
+            with trio.fail_after(5):  # both really wait inside the model
+                while fs.waiting < 2:
+                    await trio.sleep(0.005)
             with trio.fail_after(5):
                 e = await ops.lookup(pyfuse3.ROOT_INODE, b"fast", CTX)
                 assert e.st_ino != 0

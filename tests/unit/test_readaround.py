@@ -74,7 +74,7 @@ def test_nothing_for_big_reads_plain_files_or_a_stopped_worker() -> None:
     ra.start()
     assert ra.stop()
     ra.offer(1, 7, 0, 4096)  # stopped again
-    time.sleep(0.05)
+    assert ra.wait_idle(1)  # nothing was queued (no worker would ever take it)
     assert stored == []
 
 

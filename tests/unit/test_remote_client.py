@@ -475,7 +475,6 @@ def test_discover() -> None:
 
 def test_ranges_are_fetched_in_parallel_and_once(upload: Upload) -> None:
     import threading
-    import time
 
     n = len(upload.xorb.chunk_sizes)
     hx = to_hex(upload.xorb.hash)
@@ -489,7 +488,7 @@ def test_ranges_are_fetched_in_parallel_and_once(upload: Upload) -> None:
     }
     active = peak = 0
     fetched: list[str] = []
-    lock = threading.Lock()
+    lock = threading.Condition()
 
     def h(req: httpx.Request) -> httpx.Response:
         nonlocal active, peak
@@ -499,7 +498,9 @@ def test_ranges_are_fetched_in_parallel_and_once(upload: Upload) -> None:
             active += 1
             peak = max(peak, active)
             fetched.append(req.headers["range"])
-        time.sleep(0.02)
+            lock.notify_all()
+            if len(fetched) == 1:  # the first range waits for a second one to be in flight
+                lock.wait_for(lambda: peak >= 2, timeout=10)
         with lock:
             active -= 1
         return serve_data(upload, req)
