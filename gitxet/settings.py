@@ -130,6 +130,21 @@ def strip_credentials(url: str) -> str:
     return s._replace(netloc=netloc).geturl()
 
 
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """``(url without credentials, the token its userinfo carried)``; a URL without
+    userinfo comes back unchanged with ``None``."""
+    token = url_token(url)
+    return (url, None) if token is None else (strip_credentials(url), token)
+
+
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the userinfo of every URL in it removed (for messages and logs)."""
+    return _URL_USERINFO.sub(r"\1", text)
+
+
 def url_token(url: str) -> str | None:
     """The token a URL carries in its userinfo (the password, else a lone user name)."""
     try:

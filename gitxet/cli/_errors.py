@@ -15,7 +15,14 @@ EXIT_AUTH = 5
 
 
 def describe(exc: BaseException) -> tuple[str, int]:
-    """A one-line message and exit code for an exception."""
+    """A one-line message and exit code for an exception (URL credentials removed)."""
+    from gitxet.settings import redact
+
+    msg, code = _describe(exc)
+    return redact(msg), code
+
+
+def _describe(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, errors.IntegrityError):
         return f"integrity error: {exc} (the data is corrupt or was tampered with)", EXIT_INTEGRITY
     if isinstance(exc, errors.MaterializeError):

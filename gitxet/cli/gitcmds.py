@@ -595,10 +595,15 @@ def env_cmd() -> None:
     typer.echo(f"chunker: {chunking.IMPLEMENTATION}")
     typer.echo(f"python: {sys.executable}")
     typer.echo(f"terminal progress: {'yes' if interactive() else 'no'}")
+    from gitxet.settings import Settings, redact, strip_credentials
+
+    settings = Settings.load()
+    typer.echo(f"cache: {settings.cache_dir} (cap {settings.cache_bytes:,} bytes)")
+    typer.echo(f"state: {settings.state_dir}")
     try:
         repo = _open_repo()
     except Exception as e:
-        typer.echo(f"repository: none ({e})")
+        typer.echo(f"repository: none ({redact(str(e))})")
         return
     typer.echo(f"repository: {repo.worktree or repo.git_dir}")
     typer.echo(f"local store: {repo.cas.root}")
@@ -608,8 +613,12 @@ def env_cmd() -> None:
     if name:
         from gitxet.repo import remote_cas_root
 
-        url = repo.remote_url(name)
-        typer.echo(f"remote: {name} {url} (CAS: {remote_cas_root(url) or 'http'})")
+        url = repo.remote_url(name) or ""
+        cas = remote_cas_root(url) or "http"
+        typer.echo(f"remote: {name} {strip_credentials(url)} (CAS: {cas})")
+        if url.startswith(("http://", "https://")):
+            # where the token comes from, never the token itself
+            typer.echo(f"token: {settings.token_source(url) or 'none'}")
     s = repo.cas.stats()
     typer.echo(f"store: {s.xorbs} xorbs ({s.xorb_bytes:,} bytes), {s.shards} shards")
     _ = Path

@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from gitxet.settings import strip_credentials, url_token
+
 
 def register(app: typer.Typer) -> None:
     app.command("mount")(mount_cmd)
@@ -119,11 +121,18 @@ def mount_cmd(
         access = http_access(cache_dir, cache_size, offline=offline, prefetch=prefetch)
         ds = open_dataset(repo, access)
         sha = ds.resolve(commit)
-        typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
+        typer.echo(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}", err=True)
+        if url_token(repo):
+            # The token the user put in the URL stays out of the daemon's argv (a forked
+            # daemon would show ours for the mount's life): a fresh daemon gets the clean
+            # URL and the token through its environment.
+            token = access.token_for(repo)
+            _exec_daemon(repo, sha, mnt, subdir, allow_other, timeout, cache, read_around, token)
+            return
         _start_daemon(repo, sha, mnt, subdir, allow_other, timeout, cache, read_around)
         return
     ds, sha, fs = _open_fs(repo, commit, subdir, *cache)
-    typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
+    typer.echo(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}", err=True)
     if nfs:
         try:
             _mount_nfs(fs, sha, mnt)
@@ -152,8 +161,7 @@ def _start_daemon(
 ) -> None:
     import gitxet.mount.fuse
     import gitxet.vfs.model  # noqa: F401
-    from gitxet.mount.runner import MountRecord, log_path_for, start_background
-    from gitxet.settings import cache_root
+    from gitxet.mount.runner import start_background
 
     def daemon() -> int:
         from gitxet.cli._errors import describe
@@ -177,17 +185,73 @@ def _start_daemon(
             return 1
         return 0
 
+    proc = start_background(daemon, mnt, timeout=timeout, log_path=_log_path(mnt))
+    _record_daemon(proc, repo, sha, cache[0])
+
+
+def _log_path(mnt: str) -> str:
+    from gitxet.mount.runner import log_path_for
+
     logs = os.path.join(_state_dir(), "logs")
     os.makedirs(logs, exist_ok=True)
-    proc = start_background(daemon, mnt, timeout=timeout, log_path=log_path_for(logs, mnt))
+    return log_path_for(logs, mnt)
+
+
+def _record_daemon(proc, repo: str, sha: str, cache_dir: str | None) -> None:  # type: ignore[no-untyped-def]
+    from gitxet.mount.runner import MountRecord
+    from gitxet.settings import cache_root
+
     _registry().record(
         MountRecord.for_process(
-            proc, kind="fuse", repo=repo, commit=sha, cache_dir=cache_root(cache[0])
+            proc,
+            kind="fuse",
+            repo=strip_credentials(repo),  # records never carry credentials
+            commit=sha,
+            cache_dir=cache_root(cache_dir),
         )
     )
     typer.echo(
-        f"git-xet: mounted at {mnt} (pid {proc.pid}); 'git xet unmount {mnt}' to stop", err=True
+        f"git-xet: mounted at {proc.mountpoint} (pid {proc.pid}); "
+        f"'git xet unmount {proc.mountpoint}' to stop",
+        err=True,
     )
+
+
+def _exec_daemon(
+    repo: str,
+    sha: str,
+    mnt: str,
+    subdir: str | None,
+    allow_other: bool,
+    timeout: float,
+    cache: tuple[str | None, str | None, bool, str | None],
+    read_around: bool,
+    token: str | None,
+) -> None:
+    """Start ``git-xet mount --foreground`` as a new program: argv holds the URL without
+    credentials, the token travels in the daemon's environment (readable by its owner only)."""
+    from gitxet.mount.runner import start_background
+    from gitxet.settings import TOKEN_ENV, cache_root, child_env
+
+    cache_dir, cache_size, offline, prefetch = cache
+    argv = [sys.executable, "-m", "gitxet", "mount", "--foreground"]
+    argv += ["--cache-dir", cache_root(cache_dir)]
+    if subdir:
+        argv += ["--subdir", subdir]
+    if allow_other:
+        argv.append("--allow-other")
+    if cache_size:
+        argv += ["--cache-size", cache_size]
+    if offline:
+        argv.append("--offline")
+    if prefetch:
+        argv += ["--prefetch", prefetch]
+    if not read_around:
+        argv.append("--no-read-around")
+    argv += ["--", strip_credentials(repo), sha, mnt]
+    env = child_env({TOKEN_ENV: token} if token else None, drop=(TOKEN_ENV,))
+    proc = start_background(argv, mnt, timeout=timeout, log_path=_log_path(mnt), cwd="/", env=env)
+    _record_daemon(proc, repo, sha, cache_dir)
 
 
 def _mount_nfs(fs, sha: str, mnt: str) -> None:  # type: ignore[no-untyped-def]

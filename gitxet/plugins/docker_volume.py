@@ -38,6 +38,7 @@ from gitxet.errors import FormatError, GitxetError, MountError, MountSpecError
 from gitxet.formats.record import check_record, load_json_object
 from gitxet.mount.runner import normalize_mountpoint
 from gitxet.plugins.mounter import Mounter, MountSpec, resolve_local, validate_spec
+from gitxet.settings import split_credentials
 from gitxet.util.atomic import atomic_write
 from gitxet.util.records import RecordDir
 from gitxet.util.statelock import clear_stale_socket
@@ -337,8 +338,14 @@ class VolumeDriver:
                 token = _read_token(token_file)
             except OSError as exc:
                 raise VolumeError(f"cannot read token_file {token_file}: {exc}") from None
+        # credentials in the repo URL move to the token (kept in secrets/, never in the
+        # table, argv or a log); an explicit token or token_file wins over them
+        repo, url_token = split_credentials(opts["repo"].strip())
+        from_url = url_token is not None and token is None
+        if from_url:
+            token = url_token
         spec = MountSpec(
-            repo=opts["repo"].strip(),
+            repo=repo,
             commit=opts["commit"].strip(),
             subdir=opts.get("subdir", "").strip("/"),
             token=token,
@@ -359,7 +366,7 @@ class VolumeDriver:
             commit_sha=sha,
             subdir=spec.subdir,
             token_file=token_file,
-            has_token="token" in opts,
+            has_token="token" in opts or from_url,
             cache_size=spec.cache_size,
             prefetch=spec.prefetch,
             created_at=self.clock(),

@@ -53,6 +53,7 @@ from gitxet.settings import (
     PREFETCH_ENV,
     TOKEN_ENV,
     is_size,
+    split_credentials,
 )
 from gitxet.util.records import RecordDir
 
@@ -86,6 +87,14 @@ class MountSpec:
     token: str | None = field(default=None, repr=False)  # repr=False: never in a log line
     cache_size: str | None = None
     prefetch: str | None = None
+
+    def secured(self) -> MountSpec:
+        """The same spec with credentials moved out of the repo URL into ``token`` (an
+        explicit token wins): what argv, records and logs may carry."""
+        repo, url_token = split_credentials(self.repo)
+        if url_token is None:
+            return self
+        return replace(self, repo=repo, token=self.token or url_token)
 
     def without_token(self) -> MountSpec:
         """The same spec with the token dropped (what records and listings carry)."""
@@ -344,6 +353,7 @@ class SubprocessMounter:
         """See :meth:`Mounter.mount`."""
         mnt = runner.normalize_mountpoint(target)
         validate_spec(spec, mnt)
+        spec = spec.secured()
         with self._lock(mnt):
             existing = self._records.get(mnt)
             if existing is not None:

@@ -18,6 +18,7 @@ from gitxet.server.auth import TokenStore
 from gitxet.server.run import BackgroundServer, ServerConfig
 from tests.helpers.ci import IN_CI
 from tests.helpers.fuse_env import fuse_unavailable_reason
+from tests.helpers.secrets import assert_token_nowhere
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -127,9 +128,11 @@ def test_clone_edit_push_mount_over_http(srv: tuple[str, str, str], tmp_path: Pa
             json.loads(line)
             for line in run("git-xet", "mounts", "--json", cwd=tmp_path).stdout.splitlines()
         ]
-        assert rec["mountpoint"] == str(mnt) and rec["repo"] == url
+        # the token in the URL stays out of the record, the daemon's argv and its log
+        assert rec["mountpoint"] == str(mnt) and rec["repo"] == f"http://{host}/data.git"
         assert rec["cache_bytes"] >= len(edited)
         assert "cache " in run("git-xet", "mounts", cwd=tmp_path).stdout
+        assert_token_nowhere(write, paths=[tmp_path / "state"], env={**os.environ, **tok}, cwd=work)
     finally:
         run("git-xet", "unmount", str(mnt), cwd=tmp_path, check=False)
     # warm cache: an offline mount serves without the server being asked
@@ -138,6 +141,60 @@ def test_clone_edit_push_mount_over_http(srv: tuple[str, str, str], tmp_path: Pa
         assert (mnt / "big.bin").read_bytes() == edited
     finally:
         run("git-xet", "unmount", str(mnt), cwd=tmp_path, check=False)
+
+
+def test_xet_paths_use_the_cli_settings(
+    srv: tuple[str, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """xet:// reads find the CLI's cache (GITXET_CACHE_DIR) and token (GITXET_TOKEN) with no
+    storage options; plain git pushes with the credential helper (no token in the URL)."""
+    import fsspec
+
+    from gitxet.data.remote_source import chunk_cache_bytes
+    from gitxet.fsspec import xet_url
+
+    host, write, _ = srv
+    url = f"http://{host}/data.git"
+    tok = {"GITXET_TOKEN": write}
+    run("git-xet", "install", cwd=tmp_path)
+    work = tmp_path / "work"
+    run("git", "init", "-q", str(work), cwd=tmp_path)
+    run("git-xet", "init", cwd=work)
+    data = random.Random(9).randbytes(3 << 20)
+    (work / "d.bin").write_bytes(data)
+    run("git-xet", "add", ".", cwd=work)
+    run("git", "commit", "-qm", "v1", cwd=work)
+    run("git", "remote", "add", "origin", url, cwd=work)
+    pushed = run("git", "push", "-q", "origin", "main", cwd=work, env=tok)
+
+    cache = tmp_path / "cache"  # GITXET_CACHE_DIR (the srv fixture sets it)
+    assert chunk_cache_bytes(str(cache)) == 0
+    monkeypatch.setenv("GITXET_TOKEN", write)
+    xfs = fsspec.filesystem("xet")
+    try:
+        with xfs.open(xet_url(url, "main", "d.bin"), "rb") as f:
+            assert f.read() == data
+    finally:
+        xfs.close()
+        type(xfs).clear_instance_cache()
+    assert chunk_cache_bytes(str(cache)) >= len(data)
+    xdg_default = Path(os.environ["XDG_CACHE_HOME"]) / "gitxet"
+    assert not xdg_default.exists()  # nothing went to the default cache
+    # the CLI fills and reads the same cache
+    run("git-xet", "warmup", url, "main", cwd=tmp_path, env=tok)
+    # and without the token, xet:// is refused like the CLI is
+    monkeypatch.delenv("GITXET_TOKEN")
+    xfs = fsspec.filesystem("xet", cache_dir=str(tmp_path / "other-cache"))
+    try:
+        with pytest.raises(OSError), xfs.open(xet_url(url, "main", "d.bin"), "rb") as f:
+            f.read()
+    finally:
+        xfs.close()
+        type(xfs).clear_instance_cache()
+    assert_token_nowhere(
+        write, paths=[tmp_path / "state", cache, work / ".git" / "config"], texts=[pushed.stderr],
+        env={**os.environ, **tok}, cwd=work,
+    )  # fmt: skip
 
 
 def test_hf_xet_upload_is_smudgeable_by_gitxet(srv: tuple[str, str, str], tmp_path: Path) -> None:

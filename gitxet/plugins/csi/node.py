@@ -35,9 +35,9 @@ from gitxet.plugins.csi.volumes import (
     check_volume_id,
     invalid,
     parse_publish,
-    safe_repo,
 )
 from gitxet.plugins.mounter import Mounter, MountSpec, validate_spec
+from gitxet.settings import strip_credentials
 
 log = logging.getLogger("gitxet.plugins.csi")
 
@@ -165,7 +165,7 @@ class NodeService:
                         target_path=target,
                         volume_id=req.volume_id,
                         fingerprint=req.fingerprint,
-                        repo=safe_repo(req.repo),
+                        repo=strip_credentials(req.repo),
                         commit=req.commit,
                         commit_sha=commit_sha,
                         ephemeral=req.ephemeral,
@@ -179,7 +179,7 @@ class NodeService:
             log.info(
                 "published volume %s (%s at %s = %s%s) at %s",
                 req.volume_id,
-                safe_repo(req.repo),
+                strip_credentials(req.repo),
                 req.commit,
                 commit_sha[:12],
                 f", subdir {req.subdir}" if req.subdir else "",
@@ -269,7 +269,7 @@ def _code_for(exc: MountError) -> str:
 
 
 def _message_for(req: PublishRequest, exc: MountError) -> str:
-    msg = f"cannot mount volume {req.volume_id!r} ({safe_repo(req.repo)} at {req.commit}): "
+    msg = f"cannot mount volume {req.volume_id!r} ({strip_credentials(req.repo)} at {req.commit}): "
     msg += exc.reason
     tail = exc.log_tail.strip().splitlines()[-3:] if exc.log_tail else []
     if tail:

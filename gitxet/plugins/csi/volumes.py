@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from gitxet.errors import FormatError, GitxetError
 from gitxet.formats.record import parse_record
+from gitxet.settings import strip_credentials
 from gitxet.util.records import RecordDir
 
 # Volume context keys (the CSI ``volume_context`` map) and what they become in a MountSpec.
@@ -87,19 +88,9 @@ class PublishRequest:
     def __repr__(self) -> str:
         return (
             f"PublishRequest(volume_id={self.volume_id!r}, target={self.target_path!r}, "
-            f"repo={safe_repo(self.repo)!r}, commit={self.commit!r}, subdir={self.subdir!r})"
+            f"repo={strip_credentials(self.repo)!r}, commit={self.commit!r}, "
+            f"subdir={self.subdir!r})"
         )
-
-
-def safe_repo(repo: str) -> str:
-    """``repo`` with any ``user:password@`` in a URL replaced, for logs and messages."""
-    scheme, sep, rest = repo.partition("://")
-    if not sep:
-        return repo
-    host, slash, path = rest.partition("/")
-    if "@" in host:
-        host = "***@" + host.rsplit("@", 1)[1]
-    return f"{scheme}://{host}{slash}{path}"
 
 
 def _check_text(name: str, value: str, limit: int = MAX_ID) -> None:
