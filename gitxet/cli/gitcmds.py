@@ -483,7 +483,12 @@ def checkout_cmd(
         list[str] | None, typer.Argument(help="Files or directories (default: all).")
     ] = None,
 ) -> None:
-    """Materialize pointer files in the work tree (fetching their data)."""
+    """Materialize pointer files in the work tree (fetching their data).
+
+    Only files git's index names are written, never through a symlink; a path git would
+    refuse (such as one inside a '.git' directory) fails with its name, and the other files
+    are still written.
+    """
     repo = _open_repo()
     files = _select(repo, paths)  # materialize() skips (and settles) the materialized ones
     total = sum(f.pointer.size for f in files if not f.materialized)
