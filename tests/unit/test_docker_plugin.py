@@ -20,10 +20,11 @@ from gitxet.plugins.docker_volume import PluginServer, VolumeDriver
 from gitxet.plugins.mounter import MountInfo, MountSpec
 from gitxet.util.statelock import lock_state_dir
 from tests.helpers.fake_mounter import FakeMounter
+from tests.helpers.secrets import assert_token_nowhere
 
 SHA1, SHA2 = "1" * 40, "2" * 40
 TOKEN = "tok-77c1d0e5-do-not-log"
-REPOS = {"/srv/data.git": {"main": SHA1, "v2": SHA2}}
+REPOS = {"/srv/data.git": {"main": SHA1, "v2": SHA2}, "http://hub:8080/d.git": {"main": SHA1}}
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -300,6 +301,36 @@ def test_remove_unmounts_and_drops_stale_ids(plugin: Plugin) -> None:
 
 
 # ---- tokens --------------------------------------------------------------------------------
+
+
+def test_credentials_in_the_repo_url_become_the_token(
+    plugin: Plugin, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    assert (
+        plugin.create("ds", repo=f"http://user:{TOKEN}@hub:8080/d.git", commit="main")["Err"] == ""
+    )
+    plugin.ok("/VolumeDriver.Mount", Name="ds", ID="c1")
+    t = target(plugin, "ds")
+    assert plugin.mounter.tokens[t] == TOKEN
+    assert plugin.mounter.mounts[t].spec.repo == "http://hub:8080/d.git"
+    answers = json.dumps([plugin.ok("/VolumeDriver.Get", Name="ds")])
+    assert '"auth": "token"' in answers
+    assert_token_nowhere(
+        TOKEN, paths=[plugin.state / "records"], texts=[answers, caplog.text], check_cli=False
+    )
+    # an explicit token wins over the URL's
+    plugin.create("ds2", repo=f"http://u:{TOKEN}@hub:8080/d.git", commit="main", token="t2")
+    plugin.ok("/VolumeDriver.Mount", Name="ds2", ID="c2")
+    assert plugin.mounter.tokens[target(plugin, "ds2")] == "t2"
+
+
+def test_mount_spec_secured_moves_url_credentials() -> None:
+    spec = MountSpec(f"https://u:{TOKEN}@h/d.git", "main")
+    assert spec.secured() == MountSpec("https://h/d.git", "main", token=TOKEN)
+    assert MountSpec("https://u:x@h/d.git", "main", token="t").secured().token == "t"
+    local = MountSpec("/srv/data.git", "main")
+    assert local.secured() is local
 
 
 def test_token_reaches_the_mount_but_no_response_table_or_log(
