@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -26,6 +27,10 @@ import pytest
 
 from gitxet.errors import MaterializeError, UnsafePathError
 from gitxet.formats.pointer import Pointer
+from gitxet.mount.nfs.mountd import MOUNT_PROGRAM, MountProc
+from gitxet.mount.nfs.nfs3 import NFS_PROGRAM, Proc
+from gitxet.mount.nfs.rpc import MSG_REPLY, RecordReader, encode_call, frame_record
+from gitxet.mount.nfs.xdr import Packer, Unpacker
 from gitxet.repo import PointerFile, XetRepo
 from gitxet.vfs.model import BROKEN_LINK_TARGET
 from tests.helpers.fuse_env import require_fuse
@@ -271,6 +276,48 @@ def nfs_ls(url: str) -> dict[str, tuple[str, int]]:
     return out
 
 
+def nfs_readlink(url: str, name: bytes) -> bytes | None:
+    """MNT of the export, LOOKUP of ``name`` in it, READLINK (raw ONC RPC, as a kernel
+    client would send them); None when the LOOKUP fails."""
+    query = dict(kv.split("=") for kv in url.partition("?")[2].split("&"))
+
+    def call(port: int, prog: int, proc: int, args: bytes) -> Unpacker:
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
+            sock.sendall(frame_record(encode_call(9, prog, 3, proc, args)))
+            record = RecordReader(sock.recv, 1 << 20).read()
+        assert record is not None
+        u = Unpacker(record)
+        assert (u.u32(), u.u32(), u.u32()) == (9, MSG_REPLY, 0)
+        u.u32()
+        u.opaque()
+        assert u.u32() == 0  # accepted
+        return u
+
+    def post_op_attr(u: Unpacker) -> None:
+        if u.boolean():
+            for _ in range(21):  # fattr3: 84 bytes
+                u.u32()
+
+    p = Packer()
+    p.string(b"/")
+    u = call(int(query["mountport"]), MOUNT_PROGRAM, MountProc.MNT, p.getvalue())
+    assert u.u32() == 0
+    root = u.opaque()
+    p = Packer()
+    p.opaque(root)
+    p.string(name)
+    u = call(int(query["nfsport"]), NFS_PROGRAM, Proc.LOOKUP, p.getvalue())
+    if u.u32() != 0:
+        return None
+    fh = u.opaque()
+    p = Packer()
+    p.opaque(fh)
+    u = call(int(query["nfsport"]), NFS_PROGRAM, Proc.READLINK, p.getvalue())
+    assert u.u32() == 0
+    post_op_attr(u)
+    return u.string()
+
+
 @pytest.mark.nfs
 @pytest.mark.usefixtures("untouched")
 def test_nfs_listing_hides_dotgit_bounds_the_link_and_serves_the_rest(
@@ -297,10 +344,9 @@ def test_nfs_listing_hides_dotgit_bounds_the_link_and_serves_the_rest(
                 r = subprocess.run(["nfs-ls", f"{base.rstrip('/')}//{name}?{query}"],
                                    capture_output=True, timeout=TIMEOUT)  # fmt: skip
                 assert r.returncode != 0 and not r.stdout.strip()
-            # libnfs resolves the link with READLINK: the target is the short broken one
-            r = subprocess.run(["nfs-cat", f"{base.rstrip('/')}//huge-link?{query}"],
-                               capture_output=True, timeout=TIMEOUT)  # fmt: skip
-            assert r.returncode != 0 and not r.stdout
+            assert nfs_readlink(url, b"huge-link") == BROKEN_LINK_TARGET
+            for name in (b".git", b"git~1", b".GIT"):  # LOOKUP of a hidden name: NOENT
+                assert nfs_readlink(url, name) is None
             for path, want in (("data/big.bin", hostile.big), ("ok.txt", hostile.ok),
                                ("dup.txt", hostile.dup)):  # fmt: skip
                 r = subprocess.run(["nfs-cat", f"{base.rstrip('/')}//{path}?{query}"],
