@@ -59,6 +59,46 @@ def commands() -> list[str]:
     return sorted(c.name for c in app.registered_commands if c.name and not c.hidden)
 
 
+def configuration() -> list[str]:
+    """The "Configuration" section, from gitxet.settings (the one place that defines it)."""
+    from gitxet.settings import VARIABLES
+
+    rows = [f"| `{name}` | {what} | {default} |" for name, what, default in VARIABLES]
+    return [
+        "",
+        "## Configuration",
+        "",
+        "Every command, the mount daemons, `xet://` paths and the Docker/CSI plugins read the",
+        "same settings (`gitxet/settings.py`); a command-line option beats its variable.",
+        "",
+        "| variable | sets | default |",
+        "|---|---|---|",
+        *rows,
+        "| `GITXET_TRACEBACK` | `1`: show the traceback of an error (for bug reports) | unset |",
+        "",
+        "Sizes are a whole number with an optional binary unit: `1048576`, `256k`, `20g`,",
+        "`10GiB`, `4 MB` (no fractions, no bare `B`). Booleans are git's: `true/yes/on/1`,",
+        "`false/no/off/0`.",
+        "",
+        "### Tokens",
+        "",
+        "The token for an http(s) server is looked up in this order; the first one found is",
+        "used: an explicit token (a Docker `token`/`token_file` option, a CSI secret, the",
+        "`token=` option of `xet://`) > `GITXET_TOKEN` > the keyring entry `git xet login URL`",
+        "stored for the server (`scheme://host:port`) > the password in the URL.",
+        "",
+        "`git xet install` also registers `git-xet credential` as a git credential helper (after",
+        "the helpers you have), so plain `git clone`, `fetch` and `push` of a gitxet server",
+        "authenticate with the same token, with none in the URL. It answers for servers with a",
+        "keyring entry, and with `GITXET_TOKEN` for servers that identify as gitxet servers",
+        '(their 401 carries `realm="gitxet"`); other hosts get no answer, so your other helpers',
+        "work as before. Without a token git fails at once with one line naming",
+        "`git xet login`. A token put in a URL is never written further: mount records,",
+        "`git xet mounts`, `git xet env`, logs, messages and the mount daemon's arguments show",
+        "the URL without it (the daemon gets the token through its environment).",
+    ]
+
+
 def render() -> str:
     parts = [
         "# `git xet` command reference",
@@ -72,6 +112,7 @@ def render() -> str:
         help_of([]),
         "```",
     ]
+    parts += configuration()
     for name in commands():
         parts += ["", f"## `git xet {name}`", "", "```text", help_of([name]), "```"]
     return "\n".join(parts) + "\n"

@@ -5,16 +5,8 @@ needs a cache directory, a cache size, the state directory or a token (the CLI, 
 daemons, ``xet://`` fsspec paths, the Docker and CSI plugins, git's credential helper) asks
 :class:`Settings` or the functions below, so they all agree under every variable.
 
-=====================  ====================================================================
-``GITXET_CACHE_DIR``   shared cache (chunks, git metadata mirrors, endpoints); default
-                       ``$XDG_CACHE_HOME/gitxet``, else ``~/.cache/gitxet``
-``GITXET_CACHE_SIZE``  cap of the chunk cache (default 10G)
-``GITXET_PREFETCH``    read-ahead of remote reads (default 4M)
-``GITXET_STATE_DIR``   mount records and daemon logs; default ``$XDG_STATE_HOME/gitxet``,
-                       else ``~/.local/state/gitxet``
-``GITXET_TOKEN``       the token for every gitxet server (beats the keyring)
-``GITXET_LAZY``        leave pointers on checkout (a boolean, like ``xet.lazy``)
-=====================  ====================================================================
+The variables, their meaning and defaults are listed once, in :data:`VARIABLES` (the docs'
+configuration table is generated from it).
 
 Token lookup, first hit wins: an explicit token (an option, a volume option, a CSI secret) >
 ``GITXET_TOKEN`` > the keyring entry ``git xet login`` wrote for the server > the password of
@@ -40,6 +32,26 @@ PREFETCH_ENV = "GITXET_PREFETCH"
 STATE_DIR_ENV = "GITXET_STATE_DIR"
 TOKEN_ENV = "GITXET_TOKEN"
 LAZY_ENV = "GITXET_LAZY"
+
+#: Every variable of this module: (name, what it sets, its default). docs/cli.md's
+#: "Configuration" section is generated from this table.
+VARIABLES: tuple[tuple[str, str, str], ...] = (
+    (
+        CACHE_DIR_ENV,
+        "shared cache of http(s) repositories: verified chunks, git metadata mirrors, "
+        "discovered endpoints (mounts, `xet://`, checkout and the plugins share it)",
+        "`$XDG_CACHE_HOME/gitxet`, else `~/.cache/gitxet`",
+    ),
+    (CACHE_SIZE_ENV, "cap of the chunk cache (a size)", "`10G`"),
+    (PREFETCH_ENV, "read-ahead past each remote fetch (a size; `0`: off)", "`4M`"),
+    (
+        STATE_DIR_ENV,
+        "mount records and mount daemon logs",
+        "`$XDG_STATE_HOME/gitxet`, else `~/.local/state/gitxet`",
+    ),
+    (TOKEN_ENV, "the token for gitxet servers; beats the keyring (see Tokens)", "none"),
+    (LAZY_ENV, "leave pointers on checkout, like `xet.lazy` (a boolean)", "`xet.lazy`"),
+)
 
 DEFAULT_CACHE_BYTES = 10 << 30  # the shared chunk cache's cap
 DEFAULT_PREFETCH_BYTES = 4 << 20  # read-ahead past each remote fetch
