@@ -11,6 +11,7 @@ Errors carry data fields; user-facing wording lives in ``gitxet.cli``.
     ├── NotFoundError               a xorb, shard, file or object that is not there
     │   ├── XorbNotFoundError
     │   └── FileNotFoundInCASError
+    │       └── DataUnavailableError   no store nor remote had it (says which were tried)
     ├── StoreError                  the local store cannot be used (locked, unwritable)
     ├── BackendError                a CAS server's storage backend (directory, S3) failed
     ├── RemoteError                 a CAS remote failed (HTTP status, connection)
@@ -77,6 +78,33 @@ class FileNotFoundInCASError(NotFoundError):
     def __init__(self, file_hex: str) -> None:
         super().__init__(f"no reconstruction for file {file_hex}")
         self.file_hex = file_hex
+
+
+class DataUnavailableError(FileNotFoundInCASError):
+    """No store and no remote could give a file's data; ``tried`` says where gitxet looked.
+
+    Each entry of ``tried`` is ``(where, reason)``: a remote (``"upstream /srv/x.git"``) or a
+    store, and why it did not serve (``"does not have it"``, or the error it raised, also kept
+    in ``causes``). ``path`` names the file when known.
+    """
+
+    def __init__(
+        self,
+        file_hex: str,
+        tried: list[tuple[str, str]],
+        causes: list[BaseException] | None = None,
+        path: str | None = None,
+        others: int = 0,
+    ) -> None:
+        super().__init__(file_hex)
+        what = f"{path} (xet hash {file_hex[:16]}...)" if path else f"file {file_hex}"
+        more = f" and {others} more file(s)" if others else ""
+        where = "; ".join(f"{w}: {r}" for w, r in tried) if tried else "no remote is configured"
+        self.args = (f"no store or remote has the data of {what}{more} (tried {where})",)
+        self.tried = tried
+        self.causes = causes or []
+        self.path = path
+        self.others = others
 
 
 class StoreError(GitxetError):

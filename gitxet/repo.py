@@ -3,9 +3,8 @@
 :class:`XetRepo` is also the git filter's handler (clean/smudge), so ``git add`` and
 ``git checkout`` go through the same code as ``git xet add`` and ``git xet checkout``.
 
-The local store lives in ``<git dir>/xet``. A git remote that is a local path or ``file://``
-URL carries its CAS inside it (``<remote>/xet``, or ``<remote>/.git/xet`` for a non-bare
-repository): the embedded default that needs no server.
+The local store lives in ``<git dir>/xet``. Data the store lacks comes from the git remotes
+(:mod:`gitxet.dataset` resolves them and decides the order they are asked in).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import os
 import stat
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +26,15 @@ from gitxet.data.audit import DataLocation, count_unpushed, locate
 from gitxet.data.clean import Ingestor, IngestResult
 from gitxet.data.reconstruct import ChunkSource, FileReader
 from gitxet.data.sources import LayeredSource
-from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, fetch_files, push_files
+from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, push_files
+from gitxet.dataset import (
+    RemoteLayer,
+    Remotes,
+    Search,
+    cas_root,
+    fetch_from_any,
+    source_with,
+)
 from gitxet.errors import (
     ConfigError,
     FileNotFoundInCASError,
@@ -41,6 +47,7 @@ from gitxet.errors import (
 )
 from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
 from gitxet.git import process
+from gitxet.git.filter_protocol import NO_META, SmudgeMeta
 from gitxet.git.index import Restat, blob_id, restat_entries
 from gitxet.git.paths import unsafe_path
 from gitxet.git.worktree import WorkTree
@@ -123,20 +130,6 @@ def try_pointer(data: bytes) -> Pointer | None:
         return None
 
 
-def remote_cas_root(url: str) -> str | None:
-    """Where the embedded CAS of a path/``file://`` remote lives, or None for other URLs."""
-    if url.startswith("file://"):
-        path = urllib.parse.unquote(urllib.parse.urlparse(url).path)
-    elif "://" in url or (":" in url.split("/")[0] and not os.path.exists(url)):
-        return None  # http(s)://, ssh://, scp-like host:path
-    else:
-        path = url
-    path = os.path.abspath(os.path.expanduser(path))
-    if os.path.isdir(os.path.join(path, ".git")):
-        return os.path.join(path, ".git", "xet")
-    return os.path.join(path, "xet")
-
-
 @dataclass(frozen=True, slots=True)
 class PointerFile:
     """A pointer blob at a path of a tree or the index."""
@@ -170,8 +163,7 @@ class XetRepo:
         self.lazy = lazy
         self._stats_path = stats_path
         self._stats_lock = threading.Lock()
-        self._remote_factory = remote_factory
-        self._remotes: dict[str, CASRemote] = {}
+        self.remotes = Remotes(self.cwd, remote_factory)
         self._delay_ok: bool | None = None
         self._paths_by_hash: dict[str, str] = {}
 
@@ -182,41 +174,20 @@ class XetRepo:
 
     def default_remote(self) -> str | None:
         """``xet.remote``, else ``origin``, else the only remote."""
-        configured = self._config("xet.remote")
-        if configured:
-            return configured
-        remotes = process.list_remotes(self.cwd)
-        if "origin" in remotes:
-            return "origin"
-        return remotes[0] if len(remotes) == 1 else None
+        return self.remotes.default()
 
     def remote_url(self, name_or_url: str) -> str:
-        url = process.remote_url(self.cwd, name_or_url)
-        return url if url is not None else name_or_url
+        return self.remotes.url(name_or_url)
 
     def remote(self, name_or_url: str | None = None) -> CASRemote:
-        """The CAS of a git remote (name or URL); the embedded one for path remotes."""
-        name = name_or_url or self.default_remote()
-        if name is None:
-            raise ConfigError("no git remote to get data from (add one, or set xet.remote)")
-        url = self.remote_url(name)
-        if url in self._remotes:
-            return self._remotes[url]
-        root = remote_cas_root(url)
-        remote: CASRemote
-        if root is not None:
-            base = os.path.dirname(root)
-            if base.endswith("/.git"):
-                base = os.path.dirname(base)
-            if not os.path.isdir(base):
-                raise ConfigError(f"remote {name!r} is not reachable: {url} does not exist")
-            remote = LocalDirRemote(root)
-        elif self._remote_factory is not None:
-            remote = self._remote_factory(url)
-        else:
-            raise ConfigError(f"remote {name!r} ({url}) has no CAS gitxet can reach")
-        self._remotes[url] = remote
-        return remote
+        """The CAS of a git remote (name or URL; None: the default remote)."""
+        return self.remotes.open(name_or_url)
+
+    def search_order(
+        self, remote: str | None = None, *, ref: str | None = None, commit: str | None = None
+    ) -> list[str]:
+        """The remotes asked for data this store lacks, in order (:mod:`gitxet.dataset`)."""
+        return self.remotes.search_order(remote, ref=ref, commit=commit)
 
     # ---- filter handler ------------------------------------------------------------------
 
@@ -261,7 +232,9 @@ class XetRepo:
         out, _ = self.clean_stream(src, pathname)
         dst.write(out)
 
-    def smudge(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
+    def smudge(
+        self, pathname: str, src: BinaryIO, dst: BinaryIO, meta: SmudgeMeta = NO_META
+    ) -> None:
         head = _read_up_to(src, MAX_POINTER_SIZE + 1)
         ptr = try_pointer(head)
         if ptr is None:  # not ours: pass it through untouched
@@ -272,60 +245,68 @@ class XetRepo:
         if self.lazy:
             dst.write(head)
             return
-        self.write_content(ptr, dst)
+        self.write_content(ptr, dst, ref=meta.ref, commit=meta.treeish, path=pathname)
 
     def can_delay(self, pathname: str) -> bool:
         # Delayed smudges run in parallel but are spooled; local data streams faster inline.
         # Only data behind a server (network-bound) is worth fetching in parallel.
         if self._delay_ok is None:
-            self._delay_ok = self._remote_source() is not None
+            self._delay_ok = any(self.remotes.is_server(n) for n in self.remotes.names())
         return self._delay_ok
 
     # ---- content -------------------------------------------------------------------------
-
-    def _remote_source(self, remote: str | None = None) -> ChunkSource | None:
-        """The remote's chunk source when it is a CAS server (reads go there, cached)."""
-        try:
-            r = self.remote(remote)
-        except ConfigError:
-            return None
-        make = getattr(r, "chunk_source", None)
-        return make() if make is not None else None
 
     def ensure_local(
         self,
         pointers: Iterable[Pointer],
         remote: str | None = None,
         progress: Progress | None = None,
+        *,
+        commit: str | None = None,
     ) -> TransferSummary | None:
-        """Fetch whatever the local store lacks to reconstruct ``pointers``.
+        """Fetch whatever the local store lacks to reconstruct ``pointers``, from whichever
+        remote has it (``remote`` first, then the others; ``commit``: where they are from).
 
         From a CAS server the data lands in the shared chunk cache instead of the store.
+
+        Raises:
+            DataUnavailableError: some file's data is on no remote (naming those tried).
         """
         hashes = [from_hex(p.xet_hash) for p in pointers if p.size]
         missing = [h for h in hashes if self.cas.file_info(h) is None]
         if not missing:
             return None
-        src = self._remote_source(remote)
-        if src is not None:
-            got = src.warm(missing)  # type: ignore[attr-defined]
-            if progress is not None:
-                progress(got)
-            return TransferSummary(len(missing), 0, 0, 0, got)
-        return fetch_files(self.cas, self.remote(remote), missing, progress=progress)
+        order = self.search_order(remote, commit=commit)
+        return fetch_from_any(self.cas, self.remotes, order, missing, progress, self._paths_by_hash)
 
-    def write_content(self, ptr: Pointer, dst: BinaryIO) -> None:
-        """Reconstruct a pointer's content into ``dst`` (fetching it first if needed)."""
+    def write_content(
+        self,
+        ptr: Pointer,
+        dst: BinaryIO,
+        remote: str | None = None,
+        *,
+        ref: str | None = None,
+        commit: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        """Reconstruct a pointer's content into ``dst``, fetching it first if needed from
+        whichever remote has it (``remote``, then the remote of ``ref``/``commit``, then
+        the others).
+
+        Raises:
+            DataUnavailableError: no remote has the data (naming those tried).
+        """
         if ptr.size == 0:
             return
         fhash = from_hex(ptr.xet_hash)
         source: ChunkSource = self.cas
         if self.cas.file_info(fhash) is None:
-            remote_src = self._remote_source()
-            if remote_src is not None:
-                source = remote_src
-            else:
-                self.ensure_local([ptr])
+            search = Search([("this repository's store", "does not have it")], [])
+            order = self.search_order(remote, ref=ref, commit=commit)
+            found = source_with(self.cas, self.remotes, order, fhash, search)
+            if found is None:
+                raise search.error(ptr.xet_hash, path or self._paths_by_hash.get(ptr.xet_hash))
+            source = found
         reader = FileReader(source, fhash)
         if reader.size != ptr.size:
             from gitxet.errors import IntegrityError
@@ -385,6 +366,7 @@ class XetRepo:
             for path, ptr in self._read_pointers(small):
                 p = os.fsdecode(path)
                 result.append(PointerFile(p, ptr, self._is_materialized(wt, p, ptr)))
+                self._paths_by_hash.setdefault(ptr.xet_hash, p)  # to name files in errors
         return result
 
     def _index_files(self, paths: Sequence[str] = ()) -> dict[str, tuple[int, str]]:
@@ -477,9 +459,10 @@ class XetRepo:
         self._refresh(self._stat_dirty([f.path for f in files if f.materialized]))
         if not todo:
             return 0
+        head = self._head()  # the remotes holding HEAD are asked first
         with contextlib.suppress(GitxetError):
             # one batch fetch; a file whose data cannot be had fails below, by name
-            self.ensure_local([f.pointer for f in todo], remote)
+            self.ensure_local([f.pointer for f in todo], remote, commit=head)
         lock = threading.Lock()
 
         def advance(n: int) -> None:
@@ -494,7 +477,13 @@ class XetRepo:
         def write_one(f: PointerFile) -> tuple[str, os.stat_result]:
             mode = _keep_mode(wt, f.path, modes[f.path])
             with wt.replace(f.path, mode=mode, tmp_dir=tmp_dir) as (out, st):
-                self.write_content(f.pointer, cast(BinaryIO, _Counting(out, advance)))
+                self.write_content(
+                    f.pointer,
+                    cast(BinaryIO, _Counting(out, advance)),
+                    remote,
+                    commit=head,
+                    path=f.path,
+                )
             return f.path, st[0]
 
         n_workers = workers or min(4, os.cpu_count() or 1, len(todo))
@@ -540,6 +529,12 @@ class XetRepo:
             else:
                 modes[f.path] = entry[0]
         return modes, refused
+
+    def _head(self) -> str | None:
+        try:
+            return process.rev_parse(self.cwd, "HEAD")
+        except GitError:
+            return None
 
     def _worktree_tmp_dir(self) -> str | None:
         """Where files bound for the work tree are written before their rename: inside the
@@ -730,14 +725,14 @@ class DatasetSource:
     """A repository named by a user (path, bare path, file:// or http(s) URL), for reading."""
 
     git_dir: str
-    stores: tuple[LocalCAS, ...]
+    layers: tuple[ChunkSource, ...]  # the own store, then the remotes in search order
     description: str
-    remote_source: ChunkSource | None = None  # a CAS server's data (http(s) repositories)
+    names: tuple[str, ...] = ()  # what each layer is, for "tried ..." messages
 
     def chunk_source(self) -> ChunkSource:
-        if self.remote_source is not None:
-            return self.remote_source
-        return LayeredSource(self.stores)
+        if len(self.layers) == 1 and not self.names:
+            return self.layers[0]  # a server's chunk source (http(s) repositories)
+        return LayeredSource(self.layers, self.names)
 
     def resolve(self, rev: str) -> str:
         """Full commit id of a branch, tag or (abbreviated) sha.
@@ -854,9 +849,10 @@ def mirror_git_metadata(url: str, access: HttpAccess) -> str:
 def open_dataset(spec: str, access: HttpAccess | None = None) -> DatasetSource:
     """Open ``spec`` (a working repo, a bare repo, a ``file://`` or http(s) URL) for reading.
 
-    For local repositories the stores are the repository's own (``<git dir>/xet``) and, for
-    a working repository whose remote is a path, that remote's embedded store: data is read
-    where it lives. For http(s) the git objects are mirrored into ``access.cache_root`` and
+    For local repositories data comes from the repository's own store (``<git dir>/xet``),
+    then from its remotes in :meth:`~gitxet.dataset.Remotes.search_order` (a path remote's
+    embedded store is read where it lives; a server through the shared chunk cache, which
+    needs ``access``). For http(s) the git objects are mirrored into ``access.cache_root`` and
     data comes from the server's CAS through the shared chunk cache.
 
     Raises:
@@ -870,8 +866,8 @@ def open_dataset(spec: str, access: HttpAccess | None = None) -> DatasetSource:
         source = getattr(remote, "chunk_source", None)
         if source is None:
             raise NotFoundError(f"{spec}: the remote offers no readable CAS")
-        return DatasetSource(git_dir, (), spec, source())
-    root = remote_cas_root(spec)
+        return DatasetSource(git_dir, (source(),), spec)
+    root = cas_root(spec)
     if root is None:
         raise NotFoundError(f"{spec}: only local paths, file:// and http(s) URLs can be opened")
     path = os.path.dirname(root)  # the git dir (".git" of a work tree, or the bare repo)
@@ -884,12 +880,22 @@ def open_dataset(spec: str, access: HttpAccess | None = None) -> DatasetSource:
     git_dir = (
         os.path.abspath(os.path.join(path, git_dir)) if not os.path.isabs(git_dir) else git_dir
     )
-    stores: list[LocalCAS] = []
+    layers: list[ChunkSource] = []
+    names: list[str] = []
     if os.path.isdir(os.path.join(git_dir, "xet")):
-        stores.append(LocalCAS(os.path.join(git_dir, "xet")))
-    for name in process.list_remotes(git_dir):
-        url = process.remote_url(git_dir, name)
-        rroot = remote_cas_root(url) if url else None
-        if rroot and os.path.isdir(rroot):
-            stores.append(LocalCAS(rroot))
-    return DatasetSource(git_dir, tuple(stores), spec)
+        layers.append(LocalCAS(os.path.join(git_dir, "xet")))
+        names.append("this repository's store")
+    # data it lacks comes from its remotes: path remotes read in place, servers through
+    # the shared chunk cache (opened on first miss: local data never waits on a network)
+    remotes = Remotes(git_dir, access.remote_factory if access is not None else None)
+    for name in remotes.search_order():
+        url = remotes.url(name)
+        rroot = cas_root(url)
+        if rroot is not None:
+            if os.path.isdir(rroot):
+                layers.append(LocalCAS(rroot))
+                names.append(remotes.describe(name))
+        elif remotes.factory is not None and url.startswith(("http://", "https://")):
+            layers.append(RemoteLayer(remotes, name))
+            names.append(remotes.describe(name))
+    return DatasetSource(git_dir, tuple(layers), spec, tuple(names))

@@ -34,6 +34,11 @@ def _describe(exc: BaseException) -> tuple[str, int]:
         return msg + (f" (and {more} more file(s) failed)" if more else ""), code
     if isinstance(exc, errors.AuthError):
         return f"access denied: {exc}", EXIT_AUTH
+    if isinstance(exc, errors.DataUnavailableError):
+        # every remote was asked; the exit status tells the worst reason one of them gave
+        codes = {describe(c)[1] for c in exc.causes}
+        code = next((c for c in (EXIT_INTEGRITY, EXIT_AUTH) if c in codes), EXIT_NOT_FOUND)
+        return f"not found: {exc}", code
     if isinstance(exc, errors.NotFoundError):
         return f"not found: {exc}", EXIT_NOT_FOUND
     if isinstance(exc, errors.FormatError):

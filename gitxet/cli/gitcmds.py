@@ -483,7 +483,8 @@ def checkout_cmd(
         list[str] | None, typer.Argument(help="Files or directories (default: all).")
     ] = None,
 ) -> None:
-    """Materialize pointer files in the work tree (fetching their data).
+    """Materialize pointer files in the work tree (fetching their data from whichever
+    remote has it: those holding HEAD first, then every other remote).
 
     Only files git's index names are written, never through a symlink; a path git would
     refuse (such as one inside a '.git' directory) fails with its name, and the other files
@@ -509,7 +510,9 @@ def dematerialize_cmd(
 
 
 def fetch_cmd(
-    remote: Annotated[str | None, typer.Argument()] = None,
+    remote: Annotated[
+        str | None, typer.Argument(help="Remote to ask first (then every other remote).")
+    ] = None,
     include: Annotated[
         list[str] | None, typer.Option("-I", "--include", help="Only paths matching.")
     ] = None,
@@ -517,18 +520,30 @@ def fetch_cmd(
         list[str] | None, typer.Option("-X", "--exclude", help="Skip paths matching.")
     ] = None,
 ) -> None:
-    """Download the data of HEAD's pointer files into the local store (no checkout)."""
+    """Download the data of HEAD's pointer files into the local store (no checkout).
+
+    Data this repository lacks is asked of REMOTE first, then of the remotes that have
+    HEAD, then of every other configured remote; if none has a file, the error names what
+    each one answered.
+    """
     repo = _open_repo()
     files = _select(repo, None, include, exclude)
     total = sum(f.pointer.size for f in files)
+    from gitxet.git import process
+
+    head = process.rev_parse(repo.cwd, "HEAD")
     with byte_progress("fetching", None) as advance:
-        summary = repo.ensure_local([f.pointer for f in files], remote, progress=advance)
+        summary = repo.ensure_local(
+            [f.pointer for f in files], remote, progress=advance, commit=head
+        )
     got = summary.xorbs_sent if summary else 0
     _say(f"git-xet: {len(files)} file(s), {total:,} bytes available locally ({got} xorbs fetched)")
 
 
 def pull_cmd(
-    remote: Annotated[str | None, typer.Argument()] = None,
+    remote: Annotated[
+        str | None, typer.Argument(help="Remote to pull from (and to ask for data first).")
+    ] = None,
     branch: Annotated[str | None, typer.Argument()] = None,
 ) -> None:
     """git pull, with the data of the new commits fetched in parallel first."""
@@ -543,7 +558,7 @@ def pull_cmd(
         rev = process.rev_parse(repo.cwd, upstream)
         ptrs = [f.pointer for f in repo.pointer_files(rev)]
         if not repo.lazy:
-            repo.ensure_local(ptrs, name)
+            repo.ensure_local(ptrs, name, commit=rev)
     except GitError:
         pass
     _git(["pull", name] + ([branch] if branch else []), cwd=repo.cwd)
@@ -616,10 +631,11 @@ def env_cmd() -> None:
     typer.echo(f"lazy checkout: {repo.lazy}")
     name = repo.default_remote()
     if name:
-        from gitxet.repo import remote_cas_root
+        from gitxet.dataset import cas_root
+        from gitxet.settings import strip_credentials
 
         url = repo.remote_url(name) or ""
-        cas = remote_cas_root(url) or "http"
+        cas = cas_root(url) or "http"
         typer.echo(f"remote: {name} {strip_credentials(url)} (CAS: {cas})")
         if url.startswith(("http://", "https://")):
             # where the token comes from, never the token itself

@@ -1,44 +1,79 @@
 """Chunk sources layered in order: the first that knows a file or holds a xorb serves it.
 
-A mount of a working repository reads from its own store first and from the remote's
-(embedded) store second, so nothing is copied: chunks are read lazily where they live.
+A mount of a working repository reads from its own store first and then from its remotes
+(an embedded store read in place, or a CAS server through the shared chunk cache), so
+nothing is copied: chunks are read lazily where they live.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gitxet.data.reconstruct import Layout
-from gitxet.errors import XorbNotFoundError
+from gitxet.data.reconstruct import ChunkSource, Layout
+from gitxet.errors import DataUnavailableError, GitxetError, XorbNotFoundError
 from gitxet.formats.shard import FileInfo
 from gitxet.hashing import to_hex
-from gitxet.store.cas import LocalCAS
 from gitxet.util.lru import LRUCache
 
 
+def _has_xorb(layer: ChunkSource, xorb_hash: bytes) -> bool:
+    has = getattr(layer, "has_xorb", None)
+    if has is not None:
+        return bool(has(xorb_hash))
+    try:  # a remote source knows the layouts of the xorbs of files it described
+        layer.layout(xorb_hash)
+    except GitxetError:  # XorbNotFoundError, or a layer that cannot answer
+        return False
+    return True
+
+
 class LayeredSource:
-    """A :class:`ChunkSource` over several local stores, tried in order."""
+    """A :class:`ChunkSource` over several sources (local stores, remote caches), tried in order.
 
-    is_local = True
+    ``names`` (one per layer) make a miss explicit: when no layer knows a file,
+    :meth:`file_info` raises :class:`~gitxet.errors.DataUnavailableError` saying what each
+    layer answered, instead of returning None. A layer that fails (a server that is down)
+    counts as a miss; its error is reported only if no other layer has the file.
+    ``is_local`` is True when every layer is local (no read ever waits on a network).
+    """
 
-    def __init__(self, stores: Sequence[LocalCAS]) -> None:
-        self.stores = list(stores)
+    def __init__(self, layers: Sequence[ChunkSource], names: Sequence[str] | None = None) -> None:
+        if names is not None and len(names) != len(layers):
+            raise ValueError("one name per layer")
+        self.layers = list(layers)
+        self.names = list(names) if names is not None else None
+        self.is_local = all(getattr(s, "is_local", False) for s in self.layers)
         # xorbs are immutable: once found, known (bounded: looked up again after eviction)
-        self._where: LRUCache[bytes, LocalCAS] = LRUCache(1 << 16)
+        self._where: LRUCache[bytes, ChunkSource] = LRUCache(1 << 16)
 
     def file_info(self, file_hash: bytes) -> FileInfo | None:
-        for s in self.stores:
-            info = s.file_info(file_hash)
+        tried: list[tuple[str, str]] = []
+        causes: list[BaseException] = []
+        for i, s in enumerate(self.layers):
+            try:
+                info = s.file_info(file_hash)
+            except GitxetError as exc:
+                causes.append(exc)
+                tried.append((self._name(i), str(exc)))
+                continue
             if info is not None:
                 return info
-        return None
+            tried.append((self._name(i), "does not have it"))
+        if self.names is None:
+            if causes:
+                raise causes[0]
+            return None
+        raise DataUnavailableError(to_hex(file_hash), tried, causes)
 
-    def _holder(self, xorb_hash: bytes) -> LocalCAS:
+    def _name(self, i: int) -> str:
+        return self.names[i] if self.names is not None else f"layer {i}"
+
+    def _holder(self, xorb_hash: bytes) -> ChunkSource:
         store = self._where.get(xorb_hash)
         if store is not None:
             return store
-        for s in self.stores:
-            if s.has_xorb(xorb_hash):
+        for s in self.layers:
+            if _has_xorb(s, xorb_hash):
                 self._where.put(xorb_hash, s)
                 return s
         raise XorbNotFoundError(to_hex(xorb_hash))
@@ -50,7 +85,9 @@ class LayeredSource:
         return self._holder(xorb_hash).read_chunks(xorb_hash, start, end)
 
     def read_verified_part(self, xorb_hash: bytes, index: int, lo: int, hi: int) -> bytes | None:
-        return self._holder(xorb_hash).read_verified_part(xorb_hash, index, lo, hi)
+        read = getattr(self._holder(xorb_hash), "read_verified_part", None)
+        return read(xorb_hash, index, lo, hi) if read is not None else None  # type: ignore[no-any-return]
 
     def read_verified_range(self, xorb_hash: bytes, lo: int, hi: int) -> bytes | None:
-        return self._holder(xorb_hash).read_verified_range(xorb_hash, lo, hi)
+        read = getattr(self._holder(xorb_hash), "read_verified_range", None)
+        return read(xorb_hash, lo, hi) if read is not None else None  # type: ignore[no-any-return]

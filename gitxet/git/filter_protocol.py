@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import io
+import re
 import tempfile
 import threading
 from collections.abc import Callable
@@ -49,16 +50,33 @@ from gitxet.git.pktline import (
 
 __all__ = [
     "CAPABILITIES",
+    "NO_META",
     "FilterHandler",
     "FilterOptions",
     "FilterServer",
     "OnError",
+    "SmudgeMeta",
     "serve",
 ]
 
 #: Capabilities this server knows, in the order git documents them.
 CAPABILITIES = ("clean", "smudge", "delay")
 _FILTER_COMMANDS = ("clean", "smudge")
+_OBJECT_ID = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+@dataclass(frozen=True, slots=True)
+class SmudgeMeta:
+    """What git says about a smudge's checkout (git >= 2.27), each part when it knows it:
+    the ref being checked out (``refs/remotes/upstream/main``), the commit or tree
+    (``treeish``), and the blob id. Handlers may use it to find where the data came from."""
+
+    ref: str | None = None
+    treeish: str | None = None
+    blob: str | None = None
+
+
+NO_META = SmudgeMeta()
 
 
 class FilterHandler(Protocol):
@@ -74,7 +92,9 @@ class FilterHandler(Protocol):
         """Turn working-tree content into what git stores."""
         ...
 
-    def smudge(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
+    def smudge(
+        self, pathname: str, src: BinaryIO, dst: BinaryIO, meta: SmudgeMeta = NO_META
+    ) -> None:
         """Turn what git stores into working-tree content."""
         ...
 
@@ -132,6 +152,7 @@ class _Request:
     command: str
     pathname: bytes
     can_delay: bool
+    meta: SmudgeMeta = NO_META
 
 
 @dataclass(eq=False)
@@ -139,6 +160,7 @@ class _Delayed:
     command: str
     pathname: bytes
     src: IO[bytes]
+    meta: SmudgeMeta = NO_META
     done: bool = False
     listed: bool = False
     outcome: _Outcome = _Outcome.ERROR
@@ -245,6 +267,7 @@ class FilterServer:
     def _parse_request(command: str, lines: list[bytes]) -> _Request:
         pathname: bytes | None = None
         can_delay = False
+        meta: dict[str, str] = {}
         for line in lines:
             key, sep, value = line.partition(b"=")
             if not sep:
@@ -255,10 +278,14 @@ class FilterServer:
                 pathname = value
             elif key == b"can-delay":
                 can_delay = value == b"1"
-            # ref=, treeish=, blob= and future keys are informational; ignored.
+            elif key in (b"treeish", b"blob") and _OBJECT_ID.fullmatch(value):
+                meta[key.decode()] = value.decode("ascii")  # where a checkout comes from
+            elif key == b"ref" and value.startswith(b"refs/"):
+                meta["ref"] = value.decode("utf-8", "surrogateescape")
+            # anything else (malformed values, future keys) is informational: ignored
         if not pathname:
             raise FilterProtocolError(f"{command} request without a pathname")
-        return _Request(command, pathname, can_delay)
+        return _Request(command, pathname, can_delay, SmudgeMeta(**meta) if meta else NO_META)
 
     # ---- clean / smudge -------------------------------------------------------------------
 
@@ -307,7 +334,7 @@ class FilterServer:
             src = io.BufferedReader(_Prefixed(head, reader), MAX_PAYLOAD)
 
         try:
-            outcome, result = self._run(req.command, req.pathname, src, self._opts.spool_memory)
+            outcome, result = self._run(req, src, self._opts.spool_memory)
             try:
                 # Whatever the handler left unread is still on the pipe; the next request
                 # starts after it. Raises if the framing broke under the handler.
@@ -332,14 +359,21 @@ class FilterServer:
             self._report(req.command, req.pathname, exc)
             return False
 
+    def _call(self, req: _Request | _Delayed, src: IO[bytes], dst: IO[bytes]) -> None:
+        path = _decode_path(req.pathname)
+        if req.command == "clean":
+            self._handler.clean(path, cast(BinaryIO, src), cast(BinaryIO, dst))
+        else:
+            self._handler.smudge(path, cast(BinaryIO, src), cast(BinaryIO, dst), req.meta)
+
     def _run(
-        self, command: str, pathname: bytes, src: IO[bytes], memory: int
+        self, req: _Request | _Delayed, src: IO[bytes], memory: int
     ) -> tuple[_Outcome, IO[bytes] | None]:
         """Run the handler into a fresh spool; never raises for handler failures."""
+        command, pathname = req.command, req.pathname
         dst = self._spool(memory)
-        method = self._handler.clean if command == "clean" else self._handler.smudge
         try:
-            method(_decode_path(pathname), cast(BinaryIO, src), cast(BinaryIO, dst))
+            self._call(req, src, dst)
             dst.seek(0)
         except FilterAbortError as exc:
             dst.close()
@@ -357,10 +391,9 @@ class FilterServer:
 
     def _run_streaming(self, req: _Request, src: IO[bytes]) -> None:
         """Run the handler with its output going straight to git (see stream_input_limit)."""
-        method = self._handler.clean if req.command == "clean" else self._handler.smudge
         out = _StreamingResult(self._out)
         try:
-            method(_decode_path(req.pathname), cast(BinaryIO, src), cast(BinaryIO, out))
+            self._call(req, src, cast(IO[bytes], out))
         except FilterAbortError as exc:
             self._report(req.command, req.pathname, exc)
             if out.started:
@@ -429,7 +462,7 @@ class FilterServer:
     # ---- delay ----------------------------------------------------------------------------
 
     def _start_delayed(self, req: _Request, src: IO[bytes]) -> None:
-        item = _Delayed(req.command, req.pathname, src)
+        item = _Delayed(req.command, req.pathname, src, req.meta)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
                 max_workers=self._opts.workers, thread_name_prefix="gitxet-filter"
@@ -441,9 +474,7 @@ class FilterServer:
     def _run_delayed(self, item: _Delayed) -> None:
         outcome, result = _Outcome.ERROR, None
         try:
-            outcome, result = self._run(
-                item.command, item.pathname, item.src, self._opts.delayed_spool_memory
-            )
+            outcome, result = self._run(item, item.src, self._opts.delayed_spool_memory)
         finally:
             item.src.close()
             with self._cond:

@@ -60,11 +60,13 @@ __all__ = [
     "config_remove_empty_section",
     "config_set",
     "config_unset",
+    "current_branch",
     "git_dir",
     "git_version",
     "iter_ls_tree",
     "list_remotes",
     "ls_tree",
+    "remote_refs_containing",
     "remote_url",
     "rev_list_objects",
     "rev_parse",
@@ -403,3 +405,30 @@ def remote_url(cwd: PathArg, name: str) -> str | None:
             return None
         raise fail(args, result)
     return one_line(result.stdout).decode("utf-8", "surrogateescape")
+
+
+def current_branch(cwd: PathArg) -> str | None:
+    """The branch HEAD points at (``main``), or None when HEAD is detached."""
+    result = run(["symbolic-ref", "-q", "HEAD"], cwd, None)
+    if result.returncode != 0:
+        return None
+    ref = one_line(result.stdout).decode("utf-8", "surrogateescape")
+    return ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
+
+
+def remote_refs_containing(cwd: PathArg, commit: str) -> list[str]:
+    """Remote-tracking refs (``refs/remotes/...``) whose history contains ``commit``.
+
+    Empty when ``commit`` is not a commit this repository knows (a tree id, say).
+    """
+    args = [
+        "for-each-ref",
+        "--format=%(refname)",
+        "--contains",
+        no_option(commit, "commit"),
+        "refs/remotes/",
+    ]
+    result = run(args, cwd, None)
+    if result.returncode != 0:
+        return []
+    return result.stdout.decode("utf-8", "surrogateescape").split()

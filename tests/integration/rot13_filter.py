@@ -12,7 +12,7 @@ import sys
 import time
 from typing import BinaryIO
 
-from gitxet.git.filter_protocol import FilterOptions, serve
+from gitxet.git.filter_protocol import NO_META, FilterOptions, SmudgeMeta, serve
 
 _LOWER = b"abcdefghijklmnopqrstuvwxyz"
 _UPPER = _LOWER.upper()
@@ -41,7 +41,9 @@ class Rot13:
             raise RuntimeError("refusing to clean")
         self._stream(src, dst)
 
-    def smudge(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
+    def smudge(
+        self, pathname: str, src: BinaryIO, dst: BinaryIO, meta: SmudgeMeta = NO_META
+    ) -> None:
         self._note(f"smudge {pathname}")
         if pathname.startswith("delay/"):
             time.sleep(random.uniform(0, 0.02))

@@ -14,7 +14,7 @@ from typing import BinaryIO
 import pytest
 
 from gitxet.errors import FilterAbortError, FilterProtocolError, PktLineError
-from gitxet.git.filter_protocol import FilterOptions, FilterServer, serve
+from gitxet.git.filter_protocol import NO_META, FilterOptions, FilterServer, SmudgeMeta, serve
 from gitxet.git.pktline import (
     MAX_PAYLOAD,
     PktWriter,
@@ -33,6 +33,7 @@ class Handler:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
+        self.metas: dict[str, SmudgeMeta] = {}
         self.fail_after: dict[str, int] = {}  # path -> raise after writing this many bytes
         self.abort_paths: set[str] = set()
         self.delay_paths: set[str] | None = set()  # None: delay everything
@@ -59,7 +60,10 @@ class Handler:
     def clean(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
         self._run("clean", pathname, src, dst)
 
-    def smudge(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
+    def smudge(
+        self, pathname: str, src: BinaryIO, dst: BinaryIO, meta: SmudgeMeta = NO_META
+    ) -> None:
+        self.metas[pathname] = meta
         self._run("smudge", pathname, src, dst)
 
     def can_delay(self, pathname: str) -> bool:
@@ -77,13 +81,19 @@ def handshake(out: BinaryIO, caps: tuple[str, ...] = ("clean", "smudge", "delay"
 
 
 def request(
-    out: BinaryIO, command: str, path: bytes | str, content: bytes = b"", *, delay: bool = False
+    out: BinaryIO,
+    command: str,
+    path: bytes | str,
+    content: bytes = b"",
+    *,
+    delay: bool = False,
+    meta: tuple[str, ...] = ("ref=refs/heads/main",),
 ) -> None:
     p = path if isinstance(path, bytes) else path.encode()
     lines: list[bytes | str] = [f"command={command}", b"pathname=" + p]
     if delay:
         lines.append("can-delay=1")
-    lines.append("ref=refs/heads/main")
+    lines.extend(meta)
     write_text_list(out, lines)
     with PktWriter(out) as w:
         w.write(content)
@@ -191,6 +201,31 @@ def test_clean_and_smudge_round_trip_large_and_empty() -> None:
     assert read_response(out) == ("success", b"")
     assert read_packet_or_eof(out) is None
     assert handler.calls == [("clean", "big.bin"), ("smudge", "big.bin"), ("clean", "empty")]
+
+
+def test_smudge_gets_what_git_says_about_the_checkout() -> None:
+    sha = "1a173f3bb1b50590fe88699fc4b1f5375533c0d2"
+    blob = "61780798228d17af2d34fce4cfbdf35556832472"
+    full = ("ref=refs/remotes/upstream/main", f"treeish={sha}", f"blob={blob}")
+    hostile = ("ref=--upload-pack=x", "treeish=-HEAD", "blob=zz", "future=1")
+    script = io.BytesIO()
+    handshake(script)
+    request(script, "smudge", "inline", b"A" * 100_000, meta=full)  # spooled
+    request(script, "smudge", "streamed", b"A", meta=full)
+    request(script, "smudge", "delayed", b"A", meta=full, delay=True)
+    request(script, "smudge", "none", b"A", meta=())
+    request(script, "smudge", "hostile", b"A", meta=hostile)
+    write_text_list(script, ["command=list_available_blobs"])
+    request(script, "smudge", "delayed", meta=full, delay=True)
+    handler = Handler()
+    handler.delay_paths = {"delayed"}
+    run_server(script.getvalue(), handler)
+    want = SmudgeMeta("refs/remotes/upstream/main", sha, blob)
+    assert handler.metas["inline"] == want
+    assert handler.metas["streamed"] == want
+    assert handler.metas["delayed"] == want
+    assert handler.metas["none"] is NO_META
+    assert handler.metas["hostile"] == NO_META
 
 
 def test_empty_content_response_is_exactly_framed() -> None:
@@ -348,7 +383,9 @@ def test_handler_closing_dst_is_an_error() -> None:
 
 def test_streamed_output_failing_midway_ends_with_status_error() -> None:
     class HalfWay(Handler):
-        def smudge(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
+        def smudge(
+            self, pathname: str, src: BinaryIO, dst: BinaryIO, meta: SmudgeMeta = NO_META
+        ) -> None:
             src.read()
             dst.write(b"partial")
             raise OSError("the data went away")
@@ -633,7 +670,9 @@ class _CountingSink(io.RawIOBase):
 
 
 class StreamingHandler(Handler):
-    def smudge(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
+    def smudge(
+        self, pathname: str, src: BinaryIO, dst: BinaryIO, meta: SmudgeMeta = NO_META
+    ) -> None:
         while chunk := src.read(100_000):
             dst.write(chunk)
 

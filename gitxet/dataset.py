@@ -1,0 +1,409 @@
+"""Where a repository's data is: its own store, then its git remotes, in one search order.
+
+This is the one place that turns a git remote (a name or a URL) into the CAS that holds its
+data, for every kind of remote, and that decides which remotes to ask, in which order, when
+the local store lacks a file. The filter (smudge), ``git xet checkout``/``fetch``/``pull``,
+mounts and ``xet://`` paths all go through it.
+
+Remote kinds:
+
+* a local path or ``file://`` URL: the CAS embedded in the remote (``<remote>/xet``, or
+  ``<remote>/.git/xet`` for a repository with a work tree), read where it lies;
+* ``http(s)``: a CAS server (``<url>/info/xet`` names it), reached through the factory the
+  caller gives (the CLI's: tokens and the shared chunk cache);
+* anything else (ssh, ``host:path``): no CAS gitxet can reach.
+
+Search order (git passes the smudge filter nothing about remotes, but, when it knows them,
+the ref and commit being checked out):
+
+1. the remote named explicitly (``git xet fetch upstream``, ``git xet pull upstream``);
+2. the remote of the ref being checked out (``refs/remotes/upstream/...``, or the remote
+   configured for the branch ``refs/heads/x``);
+3. the remotes whose remote-tracking refs contain the commit (the current branch's remote
+   and the default remote first among them);
+4. the current branch's remote (``branch.<name>.remote``), then the default remote
+   (``xet.remote``, else ``origin``, else the only remote);
+5. every other configured remote, in git's order (git-lfs calls this ``searchall``).
+
+Data is content-addressed and verified on read, so the order only decides how many remotes
+are asked before one has it, never what is served.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import urllib.parse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gitxet.data.reconstruct import ChunkSource, Layout
+from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, fetch_files
+from gitxet.errors import (
+    ConfigError,
+    DataUnavailableError,
+    FileNotFoundInCASError,
+    GitError,
+    GitxetError,
+    XorbNotFoundError,
+)
+from gitxet.formats.shard import FileInfo
+from gitxet.git import process
+from gitxet.hashing import to_hex
+from gitxet.settings import strip_credentials
+from gitxet.store.cas import LocalCAS
+
+Progress = Callable[[int], None]
+RemoteFactory = Callable[[str], CASRemote]
+
+
+def cas_root(url: str) -> str | None:
+    """Where the embedded CAS of a path/``file://`` remote lives, or None for other URLs."""
+    if url.startswith("file://"):
+        path = urllib.parse.unquote(urllib.parse.urlparse(url).path)
+    elif "://" in url or (":" in url.split("/")[0] and not os.path.exists(url)):
+        return None  # http(s)://, ssh://, scp-like host:path
+    else:
+        path = url
+    path = os.path.abspath(os.path.expanduser(path))
+    if os.path.isdir(os.path.join(path, ".git")):
+        return os.path.join(path, ".git", "xet")
+    return os.path.join(path, "xet")
+
+
+def chunk_source_of(remote: CASRemote) -> ChunkSource | None:
+    """The remote's chunk source when it is a CAS server (reads go there, cached), else None."""
+    make = getattr(remote, "chunk_source", None)
+    return make() if make is not None else None  # type: ignore[no-any-return]
+
+
+class Remotes:
+    """The git remotes of one repository, their CASes, and the order to search them.
+
+    ``factory`` builds the CAS of an http(s) remote (None: such remotes are unreachable).
+    Opened remotes and computed orders are kept for the life of the object (one git
+    command, one mount); it is safe to use from several threads.
+    """
+
+    def __init__(self, cwd: str, factory: RemoteFactory | None = None) -> None:
+        self.cwd = cwd
+        self.factory = factory
+        self._lock = threading.Lock()
+        self._names: list[str] | None = None
+        self._urls: dict[str, str] = {}
+        self._opened: dict[str, CASRemote] = {}
+        self._orders: dict[tuple[str | None, str | None, str | None], list[str]] = {}
+
+    def names(self) -> list[str]:
+        """Configured remotes, in git's order."""
+        if self._names is None:
+            self._names = process.list_remotes(self.cwd)
+        return self._names
+
+    def url(self, name_or_url: str) -> str:
+        """The fetch URL of a remote name; anything else is taken as a URL already."""
+        found = self._urls.get(name_or_url)
+        if found is None:
+            got = process.remote_url(self.cwd, name_or_url) if name_or_url in self.names() else None
+            found = got if got is not None else name_or_url
+            self._urls[name_or_url] = found
+        return found
+
+    def describe(self, name_or_url: str) -> str:
+        """``"upstream /srv/data.git"``: a remote as messages name it (no credentials)."""
+        url = strip_credentials(self.url(name_or_url))
+        return url if url == name_or_url else f"{name_or_url} {url}"
+
+    def default(self) -> str | None:
+        """``xet.remote``, else ``origin``, else the only remote."""
+        configured = process.config_get(self.cwd, "xet.remote")
+        if configured:
+            return configured
+        names = self.names()
+        if "origin" in names:
+            return "origin"
+        return names[0] if len(names) == 1 else None
+
+    def is_server(self, name_or_url: str) -> bool:
+        """Whether the remote's data is behind a network (anything but a path remote)."""
+        return cas_root(self.url(name_or_url)) is None
+
+    def open(self, name_or_url: str | None = None) -> CASRemote:
+        """The CAS of a git remote (name or URL; None: the default remote).
+
+        Raises:
+            ConfigError: no such remote, a path remote that does not exist, or a remote
+                with no CAS gitxet can reach.
+        """
+        name = name_or_url or self.default()
+        if name is None:
+            raise ConfigError("no git remote to get data from (add one, or set xet.remote)")
+        url = self.url(name)
+        with self._lock:
+            remote = self._opened.get(url)
+            if remote is not None:
+                return remote
+            root = cas_root(url)
+            if root is not None:
+                base = os.path.dirname(root)
+                if base.endswith("/.git"):
+                    base = os.path.dirname(base)
+                if not os.path.isdir(base):
+                    raise ConfigError(
+                        f"remote {name!r} is not reachable: {strip_credentials(url)} does not exist"
+                    )
+                remote = LocalDirRemote(root)
+            elif self.factory is not None and url.startswith(("http://", "https://")):
+                remote = self.factory(url)
+            else:
+                shown = strip_credentials(url)
+                raise ConfigError(f"remote {name!r} ({shown}) has no CAS gitxet can reach")
+            self._opened[url] = remote
+            return remote
+
+    # ---- search order --------------------------------------------------------------------
+
+    def search_order(
+        self, first: str | None = None, *, ref: str | None = None, commit: str | None = None
+    ) -> list[str]:
+        """Remotes to ask for data, best first (see the module docstring for the rules).
+
+        ``first`` may be a remote name or a URL; ``ref`` is the ref being checked out
+        (``refs/remotes/upstream/main``, ``refs/heads/main``), ``commit`` its commit.
+        """
+        key = (first, ref, commit)
+        with self._lock:
+            cached = self._orders.get(key)
+        if cached is not None:
+            return list(cached)
+        names = self.names()
+        order: list[str] = []
+
+        def add(name: str | None) -> None:
+            if name and name not in order and (name in names or name == first):
+                order.append(name)
+
+        add(first)
+        if ref:
+            add(self._remote_of_ref(ref))
+        usual = [self._branch_remote(process.current_branch(self.cwd)), self.default()]
+        if commit and len(names) > 1:
+            holders = self._remotes_containing(commit)
+            for name in usual:
+                if name in holders:
+                    add(name)
+            for name in holders:
+                add(name)
+        for name in usual:
+            add(name)
+        for name in names:
+            add(name)
+        with self._lock:
+            self._orders[key] = order
+        return list(order)
+
+    def _branch_remote(self, branch: str | None) -> str | None:
+        if not branch:
+            return None
+        name = process.config_get(self.cwd, f"branch.{branch}.remote")
+        return name if name and name != "." else None
+
+    def _remote_of(self, tracking_ref: str) -> str | None:
+        """The remote of ``refs/remotes/<remote>/<branch>`` (remote names may hold '/')."""
+        best: str | None = None
+        for name in self.names():
+            if tracking_ref.startswith(f"refs/remotes/{name}/") and len(name) > len(best or ""):
+                best = name
+        return best
+
+    def _remote_of_ref(self, ref: str) -> str | None:
+        if ref.startswith("refs/remotes/"):
+            return self._remote_of(ref)
+        if ref.startswith("refs/heads/"):
+            return self._branch_remote(ref.removeprefix("refs/heads/"))
+        return None
+
+    def _remotes_containing(self, commit: str) -> list[str]:
+        if commit.startswith("-"):
+            return []
+        try:
+            refs = process.remote_refs_containing(self.cwd, commit)
+        except GitError:
+            return []
+        found: list[str] = []
+        for ref in refs:
+            name = self._remote_of(ref)
+            if name is not None and name not in found:
+                found.append(name)
+        return found
+
+
+class RemoteLayer:
+    """A CAS server remote as a :class:`ChunkSource`, opened on first use.
+
+    A mount of a local repository lists a server remote as a layer behind its own store;
+    the server is only contacted (discovery, then the file's shard) when a file is not
+    found locally, and a failure to reach it is that layer's miss.
+    """
+
+    is_local = False
+
+    def __init__(self, remotes: Remotes, name: str) -> None:
+        self.remotes = remotes
+        self.name = name
+        self._lock = threading.Lock()
+        self._source: ChunkSource | None = None
+
+    def _open(self) -> ChunkSource:
+        with self._lock:
+            if self._source is None:
+                src = chunk_source_of(self.remotes.open(self.name))
+                if src is None:
+                    raise ConfigError(f"remote {self.name!r} offers no readable CAS")
+                self._source = src
+            return self._source
+
+    def file_info(self, file_hash: bytes) -> FileInfo | None:
+        return self._open().file_info(file_hash)
+
+    def layout(self, xorb_hash: bytes) -> Layout:
+        if self._source is None:  # never opened: it described no file, so knows no xorb
+            raise XorbNotFoundError(to_hex(xorb_hash))
+        return self._source.layout(xorb_hash)
+
+    def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
+        return self._open().read_chunks(xorb_hash, start, end)
+
+
+# ---- getting data from whichever remote has it ------------------------------------------
+
+
+@dataclass
+class Search:
+    """What a search over remotes tried, for the error when nothing had the data."""
+
+    tried: list[tuple[str, str]]
+    causes: list[BaseException]
+
+    def failed(self, where: str, exc: BaseException) -> None:
+        self.tried.append((where, str(exc)))
+        self.causes.append(exc)
+
+    def lacks(self, where: str) -> None:
+        self.tried.append((where, "does not have it"))
+
+    def error(
+        self, file_hex: str, path: str | None = None, others: int = 0
+    ) -> DataUnavailableError:
+        return DataUnavailableError(file_hex, self.tried, self.causes, path, others)
+
+
+def source_with(
+    local: LocalCAS, remotes: Remotes, order: Sequence[str], file_hash: bytes, search: Search
+) -> ChunkSource | None:
+    """A source that can reconstruct ``file_hash``: the local store (after fetching it there
+    from a path remote) or a CAS server's chunk source; None when no remote in ``order`` has
+    it (``search`` then says what each answered)."""
+    for name in order:
+        where = remotes.describe(name)
+        try:
+            remote = remotes.open(name)
+            src = chunk_source_of(remote)
+            if src is not None:
+                if src.file_info(file_hash) is not None:
+                    return src
+                search.lacks(where)
+                continue
+            fetch_files(local, remote, [file_hash])
+            return local
+        except FileNotFoundInCASError:
+            search.lacks(where)
+        except GitxetError as exc:
+            search.failed(where, exc)
+    return None
+
+
+def fetch_from_any(
+    local: LocalCAS,
+    remotes: Remotes,
+    order: Sequence[str],
+    file_hashes: Sequence[bytes],
+    progress: Progress | None = None,
+    paths: dict[str, str] | None = None,
+) -> TransferSummary:
+    """Make ``file_hashes`` readable here: copy them into ``local`` from path remotes, or
+    into the shared chunk cache from CAS servers, asking the remotes of ``order`` in turn
+    for what the earlier ones did not have.
+
+    Raises:
+        DataUnavailableError: some file is on no remote (naming the remotes tried, and the
+            file's path when ``paths`` maps its hex hash to one).
+    """
+    missing = [h for h in dict.fromkeys(file_hashes) if local.file_info(h) is None]
+    search = Search([], [])
+    files = xorbs = skipped = shards = moved = 0
+    for name in order:
+        if not missing:
+            break
+        where = remotes.describe(name)
+        before = len(search.tried)
+        try:
+            remote = remotes.open(name)
+            src = chunk_source_of(remote)
+            if src is not None:
+                have = [h for h in missing if src.file_info(h) is not None]
+                if have:
+                    got = int(src.warm(have))  # type: ignore[attr-defined]
+                    moved += got
+                    if progress is not None:
+                        progress(got)
+            else:
+                have = [h for h in missing if remote.shards_for_file(h)]
+                if have:
+                    s = _fetch_each(local, remote, have, progress, search, where)
+                    have = [h for h in have if local.file_info(h) is not None]
+                    xorbs, skipped = xorbs + s.xorbs_sent, skipped + s.xorbs_skipped
+                    shards, moved = shards + s.shards_sent, moved + s.bytes_sent
+        except GitxetError as exc:
+            search.failed(where, exc)
+            continue
+        if len(have) < len(missing) and len(search.tried) == before:
+            search.lacks(where)
+        files += len(have)
+        got_now = set(have)
+        missing = [h for h in missing if h not in got_now]
+    if missing:
+        hx = to_hex(missing[0])
+        raise search.error(hx, (paths or {}).get(hx), len(missing) - 1)
+    return TransferSummary(files, xorbs, skipped, shards, moved)
+
+
+def _fetch_each(
+    local: LocalCAS,
+    remote: CASRemote,
+    hashes: list[bytes],
+    progress: Progress | None,
+    search: Search,
+    where: str,
+) -> TransferSummary:
+    """One batch fetch; if it fails (a damaged xorb), file by file, so every file that can
+    be had is, and the failure is recorded."""
+    try:
+        return fetch_files(local, remote, hashes, progress=progress)
+    except GitxetError:
+        pass
+    total = TransferSummary(0, 0, 0, 0, 0)
+    for h in hashes:
+        try:
+            s = fetch_files(local, remote, [h], progress=progress)
+        except GitxetError as exc:
+            search.failed(where, exc)
+            continue
+        total = TransferSummary(
+            total.files + s.files,
+            total.xorbs_sent + s.xorbs_sent,
+            total.xorbs_skipped + s.xorbs_skipped,
+            total.shards_sent + s.shards_sent,
+            total.bytes_sent + s.bytes_sent,
+        )
+    return total
