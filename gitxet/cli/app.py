@@ -10,7 +10,18 @@ from typing import Annotated
 import typer
 
 import gitxet
-from gitxet.cli import _errors, csi, gitcmds, hooks, migrate, mountcmds, plugins, plumbing, serve
+from gitxet.cli import (
+    _errors,
+    _interrupt,
+    csi,
+    gitcmds,
+    hooks,
+    migrate,
+    mountcmds,
+    plugins,
+    plumbing,
+    serve,
+)
 
 app = typer.Typer(
     name="git-xet",
@@ -88,6 +99,16 @@ def main() -> None:
     if os.environ.get("GITXET_TRACEBACK") == "1":
         app()
         return
+    _interrupt.handle_signals()
+    try:
+        _run()
+    finally:
+        signum = _interrupt.received()
+        if signum is not None:  # however the exception was caught on the way
+            _interrupt.exit_now(signum)
+
+
+def _run() -> None:
     try:
         rc = app(standalone_mode=False, prog_name="git-xet")
         if isinstance(rc, int) and rc:
@@ -95,7 +116,6 @@ def main() -> None:
     except SystemExit:
         raise
     except KeyboardInterrupt:
-        print("git-xet: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
     except typer.Exit as e:
         raise SystemExit(e.exit_code) from None

@@ -9,12 +9,14 @@ roughly halves the time to the first byte. ``gitxet.cli.entry`` dispatches here.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 from typing import Any
 
 from gitxet.cli._errors import describe
+from gitxet.cli._interrupt import exit_now, handle_signals, received
 
 
 def program() -> str:
@@ -149,6 +151,7 @@ def _usage(msg: str) -> int:
 def run(argv: list[str]) -> int:
     """Run one hot command; ``argv`` starts with its name. Returns the exit status."""
     name, args = argv[0], argv[1:]
+    handle_signals()
     if args[:1] == ["--"]:
         args = args[1:]
     try:
@@ -173,7 +176,7 @@ def run(argv: list[str]) -> int:
         else:
             return _usage(f"not a hot command: {name}")
     except KeyboardInterrupt:
-        return 130
+        exit_now(received() or signal.SIGINT)
     except BrokenPipeError:
         return 141
     except Exception as e:  # the CLI boundary: one line, never a traceback

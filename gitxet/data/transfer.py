@@ -13,7 +13,7 @@ skips what is already there.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,6 +23,8 @@ from gitxet.hashing import to_hex
 from gitxet.store.cas import LocalCAS
 
 Progress = Callable[[int], None]
+#: How long a failed or interrupted transfer waits for the copies already running.
+ABANDON_AFTER = 2.0
 
 
 class CASRemote(Protocol):
@@ -225,9 +227,19 @@ def _move(
         return n
 
     total = 0
-    with ThreadPoolExecutor(max(1, workers), thread_name_prefix=f"gitxet-{what}") as ex:
-        for n in ex.map(one, xorbs):
-            total += n
+    ex = ThreadPoolExecutor(max(1, workers), thread_name_prefix=f"gitxet-{what}")
+    futures = [ex.submit(one, x) for x in xorbs]
+    try:
+        for fut in futures:
+            total += fut.result()
+    except BaseException:
+        # a failure, or an interrupt (Ctrl-C, SIGTERM): start nothing more; copies running
+        # to a local disk get a moment to finish or remove their temp file, calls hanging
+        # on a network are abandoned (the CLI then exits without joining their threads)
+        ex.shutdown(wait=False, cancel_futures=True)
+        wait([f for f in futures if f.running()], timeout=ABANDON_AFTER)
+        raise
+    ex.shutdown()
     for data in shards.values():
         put_shard(data)
         total += len(data)

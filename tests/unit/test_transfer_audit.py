@@ -1,0 +1,94 @@
+"""Push/fetch under failure, and the audit of where data is (data/transfer.py, data/audit.py)."""
+
+from __future__ import annotations
+
+import io
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gitxet.data import transfer
+from gitxet.data.audit import is_local, locate, on_remote, verify_store
+from gitxet.data.clean import Ingestor
+from gitxet.data.transfer import LocalDirRemote, push_files
+from gitxet.errors import RemoteError
+from gitxet.formats.pointer import Pointer
+from gitxet.hashing import to_hex
+from gitxet.store.cas import LocalCAS
+
+
+def ingest(cas: LocalCAS, *datas: bytes) -> list[bytes]:
+    out = []
+    with Ingestor(cas) as ing:
+        for d in datas:
+            out.append(ing.add_stream(io.BytesIO(d)).file_hash)
+        ing.flush()
+    return out
+
+
+class HangingRemote(LocalDirRemote):
+    """Uploads hang forever, except one that fails."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.release = threading.Event()
+        self.calls = 0
+
+    def upload_xorb(self, xorb_hash: bytes, body: bytes) -> bool:
+        self.calls += 1
+        if self.calls == 1:
+            raise RemoteError("the first upload fails")
+        self.release.wait(60)
+        return False
+
+
+def test_a_failed_push_does_not_wait_for_hanging_uploads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transfer, "ABANDON_AFTER", 0.2)
+    cas = LocalCAS(str(tmp_path / "local"))
+    rnd = random.Random(1)
+    # one xorb per ingest session: four xorbs
+    hashes = [ingest(cas, rnd.randbytes(200_000))[0] for _ in range(4)]
+    remote = HangingRemote(str(tmp_path / "remote"))
+    start = time.monotonic()
+    with pytest.raises(RemoteError):
+        push_files(cas, remote, hashes, workers=4)
+    assert time.monotonic() - start < 5
+    assert list(remote.cas.shard_names()) == []  # no shard before its xorbs
+    remote.release.set()
+
+
+def test_push_skips_shards_the_remote_has_and_audit_locates(tmp_path: Path) -> None:
+    cas = LocalCAS(str(tmp_path / "local"))
+    rnd = random.Random(2)
+    a, b = (ingest(cas, rnd.randbytes(300_000))[0] for _ in range(2))
+    remote = LocalDirRemote(str(tmp_path / "remote"))
+    first = push_files(cas, remote, [a])
+    assert (first.xorbs_sent, first.shards_sent) == (1, 1)
+    again = push_files(cas, remote, [a, b])
+    assert (again.xorbs_sent, again.shards_sent) == (1, 1)  # only b's
+    assert push_files(cas, remote, [a, b]).shards_sent == 0
+    assert is_local(cas, a) and on_remote(remote, b)
+    ghost = bytes(range(32))
+    ptr = Pointer(sha256="0" * 64, size=5, xet_hash=to_hex(ghost))
+    where = locate(cas, remote, [("a", Pointer("0" * 64, 1, to_hex(a))), ("g", ptr)])
+    assert [(d.path, d.local, d.remote) for d in where] == [("a", True, None), ("g", False, False)]
+
+
+def test_verify_store_names_damaged_xorbs_and_shards(tmp_path: Path) -> None:
+    cas = LocalCAS(str(tmp_path / "s"))
+    ingest(cas, random.Random(3).randbytes(300_000))
+    report = verify_store(cas)
+    assert (report.xorbs, report.shards, report.problems) == (1, 1, ())
+    (xorb,) = [p for p in (tmp_path / "s" / "xorbs").rglob("*") if p.is_file()]
+    raw = bytearray(xorb.read_bytes())
+    raw[100] ^= 1
+    xorb.write_bytes(bytes(raw))
+    (shard,) = (tmp_path / "s" / "shards").glob("*.shard")
+    shard.write_bytes(shard.read_bytes() + b"x")
+    problems = {(p.kind, p.name) for p in verify_store(LocalCAS(str(tmp_path / "s"))).problems}
+    assert problems == {("xorb", xorb.name), ("shard", shard.stem)}
