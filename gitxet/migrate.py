@@ -55,6 +55,7 @@ __all__ = [
     "MigrateResult",
     "PathSelector",
     "check_clean",
+    "lfs_evidence",
     "migrate",
     "parse_lfs_pointer",
 ]
@@ -140,6 +141,56 @@ def parse_lfs_pointer(data: bytes) -> LfsPointer | None:
 
 
 # ---- path patterns -------------------------------------------------------------------------
+
+
+_LFS_ATTRIBUTE = re.compile(rb"(?:^|[ \t])filter=lfs(?:[ \t]|$)")
+
+
+def _lfs_attribute_line(data: bytes) -> str | None:
+    for line in data.splitlines():
+        if not line.lstrip().startswith(b"#") and _LFS_ATTRIBUTE.search(line):
+            return line.strip().decode("utf-8", "replace")[:120]
+    return None
+
+
+def lfs_evidence(cwd: str) -> str | None:
+    """Why the repository at ``cwd`` uses git-lfs, or None: a ``filter=lfs`` line in a
+    ``.gitattributes`` (work tree, index or HEAD) or a git-lfs pointer in HEAD."""
+    root = Path(cwd)
+    staged = process.run_git(
+        ["ls-files", "-z", "--", ".gitattributes", "*/.gitattributes"], cwd=cwd
+    )
+    for rel in {b".gitattributes", *staged.split(b"\0")} - {b""}:
+        path = os.fsdecode(rel)
+        try:
+            data = (root / path).read_bytes()[:MAX_ATTRIBUTES_SIZE]
+        except OSError:
+            continue
+        line = _lfs_attribute_line(data)
+        if line is not None:
+            return f"{path}: {line!r}"
+    try:
+        process.rev_parse(cwd, "HEAD")
+    except GitError:
+        return None  # no commit yet
+    small = [
+        e
+        for e in process.iter_ls_tree(cwd, "HEAD")
+        if e.type == "blob"
+        and e.size is not None
+        and e.size < (MAX_ATTRIBUTES_SIZE if e.path.endswith(b".gitattributes") else 1024)
+    ]
+    with process.CatFile(cwd) as cf:
+        for e in small:
+            _, data = cf.read(e.oid)
+            path = os.fsdecode(e.path)
+            if e.path.endswith(b".gitattributes"):
+                line = _lfs_attribute_line(data)
+                if line is not None:
+                    return f"{path} in HEAD: {line!r}"
+            elif data.startswith(LFS_VERSION_LINES):
+                return f"{path} in HEAD is a git-lfs pointer"
+    return None
 
 
 def _glob_regex(pattern: str) -> str:

@@ -134,12 +134,25 @@ def init_cmd(
         str, typer.Option(help="Files at least this big become pointers (e.g. 256k, 1m).")
     ] = "256k",
 ) -> None:
-    """Set this repository up: local filter + hooks, and auto-tracking of big files."""
+    """Set this repository up: local filter + hooks, and auto-tracking of big files.
+
+    A repository that uses git-lfs is refused (nothing changes): 'git xet migrate' converts
+    it.
+    """
     from gitxet.git import attributes, config, hooks, process
     from gitxet.settings import parse_size
 
     parse_size(threshold)
     root = str(process.toplevel("."))
+    from gitxet.migrate import lfs_evidence
+
+    lfs = lfs_evidence(root)
+    if lfs is not None:  # before anything changes: LFS files would turn into pointer text
+        _say(
+            f"git-xet: this repository uses git-lfs ({lfs}): convert it with "
+            "'git xet migrate' (docs/migrate.md); nothing was changed"
+        )
+        raise typer.Exit(1)
     program = _program()
     config.install("local", root, f"{program} filter-process", force=True)
     hooks.install_hooks(root, names=("pre-push",), program=program, on_conflict="chain")

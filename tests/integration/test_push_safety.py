@@ -145,3 +145,35 @@ def test_push_repairs_a_ref_pushed_without_its_data_and_fsck_says_where(tmp_path
     r = xet("fsck", cwd=plain, check=False)
     assert r.returncode == 1 and f"damaged  xorb {xorb.name}" in r.stdout, r.stdout
     assert "Traceback" not in r.stderr
+
+
+LFS_POINTER = f"version https://git-lfs.github.com/spec/v1\noid sha256:{'4' * 64}\nsize 12345\n"
+
+
+def _snapshot(repo: Path) -> tuple[str, list[str], bytes, str]:
+    hooks = sorted(p.name for p in (repo / ".git" / "hooks").iterdir())
+    attrs = (repo / ".gitattributes").read_bytes() if (repo / ".gitattributes").exists() else b""
+    return (repo / ".git" / "config").read_text(), hooks, attrs, git("ls-files", "-s", cwd=repo)
+
+
+@pytest.mark.parametrize("evidence", ["attributes", "committed-attributes", "pointer"])
+def test_init_refuses_a_git_lfs_repository_and_changes_nothing(
+    tmp_path: Path, evidence: str
+) -> None:
+    repo = tmp_path / "lfs"
+    git("init", "-q", str(repo), cwd=tmp_path)
+    (repo / "readme.txt").write_text("hi\n")
+    if evidence == "pointer":
+        (repo / "model.bin").write_text(LFS_POINTER)
+    else:
+        (repo / ".gitattributes").write_text("# data\n*.bin filter=lfs diff=lfs merge=lfs -text\n")
+    if evidence != "attributes":
+        git("add", ".", cwd=repo)
+        git("commit", "-q", "-m", "lfs", cwd=repo)
+    before = _snapshot(repo)
+    r = xet("init", cwd=repo, check=False)
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "git-lfs" in lines[0] and "git xet migrate" in lines[0], lines
+    assert "Traceback" not in r.stderr
+    assert _snapshot(repo) == before
