@@ -1,0 +1,199 @@
+"""Local clones whose data is on a real `git xet serve` (uvicorn on loopback): mounts, xet://
+paths, pull, fetch and checkout read it from the server, alone or next to a path remote.
+
+Issue 15's live bug: a mount of a local lazy clone of an http repository returned EIO where
+`git checkout` in the same clone fetched the data (only path remotes were consulted).
+Issue 13: data from whichever remote has it, with an http `upstream`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitxet.server.auth import TokenStore
+from gitxet.server.run import BackgroundServer, ServerConfig
+from tests.helpers.fuse_env import fuse_unavailable_reason
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def srv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
+    """(base URL with a write token in it, the token); git-xet on PATH, private cache/state."""
+    root = tmp_path / "srv"
+    token, _ = TokenStore(str(root)).create("write")
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GITXET_STATE_DIR", str(tmp_path / "state"))
+    with BackgroundServer(ServerConfig(root=str(root), port=0)) as s:
+        yield s.url.replace("http://", f"http://user:{token}@"), token
+
+
+def run(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=240)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{args}: {r.returncode}\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def git(*args: str, cwd: Path) -> str:
+    return run("git", *args, cwd=cwd).stdout.strip()
+
+
+def xet(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return run("git-xet", *args, cwd=cwd, check=check)
+
+
+def new_work(tmp: Path, **remotes: str) -> Path:
+    work = tmp / "work"
+    git("init", "-q", str(work), cwd=tmp)
+    for name, url in remotes.items():
+        git("remote", "add", name, url, cwd=work)
+    xet("init", cwd=work)
+    return work
+
+
+def commit(work: Path, name: str, data: bytes) -> None:
+    (work / name).write_bytes(data)
+    xet("add", name, cwd=work)
+    git("commit", "-qm", name, cwd=work)
+
+
+def is_pointer(path: Path) -> bool:
+    return path.read_bytes().startswith(b"version https://gitxet.dev/spec/v1\n")
+
+
+def fuse_or_skip() -> None:
+    reason = fuse_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+def read_through_mount(repo: Path, tmp: Path, files: dict[str, bytes]) -> None:
+    """Mount ``repo`` at main in the background and read each file (whole and a pread)."""
+    mnt = tmp / "mnt"
+    mnt.mkdir(exist_ok=True)
+    xet("mount", str(repo), "main", str(mnt), cwd=tmp)
+    try:
+        for name, data in files.items():
+            assert (mnt / name).read_bytes() == data, name
+            fd = os.open(mnt / name, os.O_RDONLY)
+            try:
+                assert os.pread(fd, 5000, 777) == data[777:5777]
+            finally:
+                os.close(fd)
+    finally:
+        xet("unmount", str(mnt), cwd=tmp, check=False)
+
+
+@pytest.mark.fuse
+def test_mount_of_a_local_lazy_clone_of_an_http_repo_reads_the_servers_data(
+    srv: tuple[str, str], tmp_path: Path
+) -> None:
+    base, token = srv
+    url = f"{base}/data.git"
+    work = new_work(tmp_path, origin=url)
+    big = random.Random(15).randbytes(3 << 20)
+    commit(work, "big.bin", big)
+    git("push", "-q", "origin", "main", cwd=work)
+    lazy = tmp_path / "lazy"
+    xet("clone", "--lazy", url, str(lazy), cwd=tmp_path)
+    assert is_pointer(lazy / "big.bin")
+    # xet:// of the local clone reads through the same resolver (no FUSE needed)
+    import fsspec
+
+    from gitxet.fsspec import xet_url
+
+    xfs = fsspec.filesystem("xet", token=token)
+    try:
+        with xfs.open(xet_url(str(lazy), "main", "big.bin"), "rb") as f:
+            f.seek(1000)
+            assert f.read(4000) == big[1000:5000]
+    finally:
+        xfs.close()
+        type(xfs).clear_instance_cache()
+    fuse_or_skip()
+    read_through_mount(lazy, tmp_path, {"big.bin": big})
+    # a full clone keeps http data in the shared chunk cache, not its store: same mount path
+    full = tmp_path / "full"
+    xet("clone", url, str(full), cwd=tmp_path)
+    assert (full / "big.bin").read_bytes() == big
+    read_through_mount(full, tmp_path, {"big.bin": big})
+
+
+@pytest.fixture
+def http_fork(srv: tuple[str, str], tmp_path: Path) -> dict[str, object]:
+    """origin: a path remote with v1 (a.bin); upstream: the server, with v1 and v2 (b.bin)."""
+    base, _ = srv
+    origin, upstream = tmp_path / "origin.git", f"{base}/data.git"
+    git("init", "-q", "--bare", str(origin), cwd=tmp_path)
+    work = new_work(tmp_path, origin=str(origin), upstream=upstream)
+    rnd = random.Random(16)
+    a, b = rnd.randbytes(600_000), rnd.randbytes(700_000)
+    commit(work, "a.bin", a)
+    git("push", "-q", "origin", "main", cwd=work)
+    git("push", "-q", "upstream", "main", cwd=work)
+    commit(work, "b.bin", b)
+    git("push", "-q", "upstream", "main", cwd=work)
+    return {"origin": origin, "upstream": upstream, "a": a, "b": b, "tmp": tmp_path}
+
+
+def clone_of_origin(fork: dict[str, object], name: str, *, lazy: bool = False) -> Path:
+    tmp = Path(str(fork["tmp"]))
+    clone = tmp / name
+    xet("clone", *(["--lazy"] if lazy else []), str(fork["origin"]), str(clone), cwd=tmp)
+    git("remote", "add", "upstream", str(fork["upstream"]), cwd=clone)
+    return clone
+
+
+def test_pull_from_an_http_upstream_that_alone_has_the_data(
+    http_fork: dict[str, object],
+) -> None:
+    clone = clone_of_origin(http_fork, "clone")
+    git("pull", "-q", "upstream", "main", cwd=clone)
+    assert (clone / "b.bin").read_bytes() == http_fork["b"]
+    assert git("status", "--porcelain", cwd=clone) == ""
+
+
+def test_fetch_checkout_and_mount_with_an_http_upstream(http_fork: dict[str, object]) -> None:
+    tmp = Path(str(http_fork["tmp"]))
+    lazy = clone_of_origin(http_fork, "lazy", lazy=True)
+    git("pull", "-q", "upstream", "main", cwd=lazy)
+    assert is_pointer(lazy / "b.bin")
+    out = xet("fetch", "upstream", cwd=lazy)
+    assert "2 file(s)" in out.stderr, out.stderr
+    xet("checkout", cwd=lazy)
+    assert (lazy / "a.bin").read_bytes() == http_fork["a"]  # from origin (a path)
+    assert (lazy / "b.bin").read_bytes() == http_fork["b"]  # from upstream (the server)
+    # a second lazy clone, mounted: a.bin from origin's store, b.bin from the server
+    lazy2 = clone_of_origin(http_fork, "lazy2", lazy=True)
+    git("pull", "-q", "upstream", "main", cwd=lazy2)
+    fuse_or_skip()
+    read_through_mount(lazy2, tmp, {"a.bin": http_fork["a"], "b.bin": http_fork["b"]})  # type: ignore[dict-item]
+
+
+def test_no_remote_has_it_names_the_server_without_its_token(
+    srv: tuple[str, str], http_fork: dict[str, object]
+) -> None:
+    _, token = srv
+    clone = clone_of_origin(http_fork, "clone")
+    ptr = (
+        f"version https://gitxet.dev/spec/v1\noid sha256:{'a' * 64}\nsize 9\nxet-hash {'c' * 64}\n"
+    )
+    (clone / "ghost.bin").write_text(ptr)
+    git("add", "ghost.bin", cwd=clone)
+    git("commit", "-qm", "ghost", cwd=clone)
+    (clone / "ghost.bin").unlink()
+    r = xet("checkout", "ghost.bin", cwd=clone, check=False)
+    assert r.returncode == 4, r.stderr
+    shown = str(http_fork["upstream"]).replace(f"user:{token}@", "")
+    assert f"upstream {shown}: does not have it" in r.stderr, r.stderr
+    assert f"origin {http_fork['origin']}: does not have it" in r.stderr
+    assert token not in r.stderr
