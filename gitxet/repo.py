@@ -130,6 +130,35 @@ def try_pointer(data: bytes) -> Pointer | None:
         return None
 
 
+def read_pointer_blobs(
+    cwd: str, oids: Sequence[tuple[str, bytes]]
+) -> Iterator[tuple[bytes, Pointer]]:
+    """``(path, pointer)`` for each ``(blob id, path)`` whose blob is a pointer."""
+    if not oids:
+        return
+    with process.CatFile(cwd) as cf:
+        for oid, path in oids:
+            kind, data = cf.read(oid, max_size=MAX_POINTER_SIZE)
+            ptr = try_pointer(data) if kind == "blob" else None
+            if ptr is not None:
+                yield path, ptr
+
+
+def received_pointers(git_dir: str, tips: Sequence[str]) -> list[tuple[str, Pointer]]:
+    """``(path, pointer)`` of the pointer blobs ``tips`` reach and no ref does, one per file.
+
+    That is what a push adds, asked from a pre-receive hook (git makes the pushed objects
+    visible to it before any ref moves). Paths are rev-list's hints, for messages.
+    """
+    if not tips:
+        return []
+    blobs = [(b.oid, b.path) for b in process.small_blobs(git_dir, tips, exclude_refs=True)]
+    seen: dict[str, tuple[str, Pointer]] = {}
+    for path, ptr in read_pointer_blobs(git_dir, blobs):
+        seen.setdefault(ptr.xet_hash, (os.fsdecode(path), ptr))
+    return list(seen.values())
+
+
 @dataclass(frozen=True, slots=True)
 class PointerFile:
     """A pointer blob at a path of a tree or the index."""
@@ -319,14 +348,7 @@ class XetRepo:
     # ---- pointers in history -------------------------------------------------------------
 
     def _read_pointers(self, oids: Sequence[tuple[str, bytes]]) -> Iterator[tuple[bytes, Pointer]]:
-        if not oids:
-            return
-        with process.CatFile(self.cwd) as cf:
-            for oid, path in oids:
-                kind, data = cf.read(oid, max_size=MAX_POINTER_SIZE)
-                ptr = try_pointer(data) if kind == "blob" else None
-                if ptr is not None:
-                    yield path, ptr
+        return read_pointer_blobs(self.cwd, oids)
 
     def pointers_to_push(
         self, revs: Sequence[str], exclude: Sequence[str] = (), remote: str | None = None

@@ -42,6 +42,7 @@ def register(app: typer.Typer) -> None:
     app.command("smudge", hidden=True)(smudge_cmd)
     app.command("pre-push", hidden=True)(pre_push_cmd)
     app.command("credential", hidden=True)(credential_cmd)
+    app.command("pre-receive", hidden=True)(pre_receive_cmd)
 
 
 def _program() -> str:
@@ -218,6 +219,13 @@ def pre_push_cmd(
 ) -> None:
     """pre-push hook: upload the data of the pushed commits before git updates refs."""
     hot.pre_push(remote, url)
+
+
+def pre_receive_cmd() -> None:
+    """pre-receive hook (bare repositories): refuse pushes of pointers to missing data."""
+    code = hot.pre_receive()
+    if code:
+        raise typer.Exit(code)
 
 
 def _remotes(cwd: str) -> list[str]:

@@ -110,6 +110,34 @@ def _has_object(cwd: str, oid: str) -> bool:
     return r.returncode == 0
 
 
+def guard_embedded_remote(remote_url: str) -> None:
+    """Give a path/``file://`` remote that is a git repository gitxet's pre-receive hook,
+    so a later push of pointers without their data (a clone without the pre-push hook) is
+    refused there. A gitxet hook already there is kept; a user hook is chained; anything
+    in the way is left alone (the remote is not ours to force)."""
+    from pathlib import Path
+
+    from gitxet.dataset import cas_root
+    from gitxet.errors import GitxetError
+    from gitxet.git import hooks, process
+
+    root = cas_root(remote_url)
+    if root is None:
+        return
+    git_dir = os.path.dirname(root)
+    if not os.path.isfile(os.path.join(git_dir, "HEAD")):
+        return
+    try:
+        # --git-dir: a hook inherits GIT_DIR, which would name the pushing repository
+        out = process.run_git(["--git-dir", git_dir, "rev-parse", "--git-path", "hooks"], git_dir)
+        directory = Path(git_dir) / os.fsdecode(out.strip())  # an absolute path stays one
+        if hooks.is_gitxet_hook(directory / hooks.RECEIVE_HOOK):
+            return
+        hooks.install_hooks(git_dir, (hooks.RECEIVE_HOOK,), program(), "chain", directory=directory)
+    except GitxetError:
+        pass
+
+
 def pre_push(remote: str, url: str = "") -> None:
     """pre-push hook: upload the data of the pushed commits before git updates refs."""
     from gitxet.git import process
@@ -123,6 +151,7 @@ def pre_push(remote: str, url: str = "") -> None:
     if not revs:
         return
     repo = open_repo()
+    guard_embedded_remote(repo.remote_url(url or remote))
     exclude = [r.remote_oid for r in refs if not r.is_new and _has_object(repo.cwd, r.remote_oid)]
     known_remote = remote if remote in process.list_remotes(repo.cwd) else None
     pointers = repo.pointers_to_push(revs, exclude, known_remote)
@@ -141,6 +170,51 @@ def pre_push(remote: str, url: str = "") -> None:
         f"{summary.xorbs_skipped} already on the remote",
         file=sys.stderr,
     )
+
+
+def _receive_remote(git_dir: str) -> Any:
+    """The store a push into ``git_dir`` must find its data in, or None if there is none:
+    the server's CAS (``git xet serve`` says where), else the embedded ``<git dir>/xet``."""
+    from gitxet.git.hooks import RECEIVE_CAS_ENV, RECEIVE_TOKEN_ENV
+
+    url = os.environ.get(RECEIVE_CAS_ENV)
+    if url:
+        from gitxet.remote.client import CASClient
+
+        return CASClient(url, os.environ.get(RECEIVE_TOKEN_ENV), timeout=60.0)
+    store = os.path.join(git_dir, "xet")
+    if os.path.isdir(os.path.join(store, "shards")):
+        from gitxet.data.transfer import LocalDirRemote
+
+        return LocalDirRemote(store)
+    return None
+
+
+def pre_receive() -> int:
+    """pre-receive hook: refuse a push whose new commits hold pointers to data the
+    repository's store lacks, naming the first such file; git then moves no ref."""
+    from gitxet.data.audit import first_dangling
+    from gitxet.git.hooks import parse_pre_receive_input
+    from gitxet.repo import received_pointers
+
+    refs = parse_pre_receive_input(sys.stdin.buffer.read())
+    tips = [r.new_oid for r in refs if not r.is_delete]
+    git_dir = os.path.abspath(os.environ.get("GIT_DIR") or ".")
+    remote = _receive_remote(git_dir) if tips else None
+    if remote is None:
+        return 0
+    found = received_pointers(git_dir, tips)
+    bad = first_dangling(remote, found) if found else None
+    if bad is None:
+        return 0
+    path, ptr = bad
+    print(
+        f"git-xet: push refused: {path} is a pointer to file data this repository's store "
+        f"does not have (xet hash {ptr.xet_hash[:16]}..., {ptr.size:,} bytes). Upload the "
+        "data first: 'git xet push' from a clone that has it, then push again.",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _usage(msg: str) -> int:
@@ -171,6 +245,8 @@ def run(argv: list[str]) -> int:
             if len(args) != 1:
                 return _usage("usage: git-xet credential get|store|erase (git runs it)")
             return credential(args[0])
+        elif name == "pre-receive":
+            return pre_receive()
         elif name in ("post-checkout", "post-merge"):
             pass  # the filter already wrote (or deliberately left) every file
         else:
@@ -187,5 +263,14 @@ def run(argv: list[str]) -> int:
 
 
 HOT = frozenset(
-    {"filter-process", "clean", "smudge", "pre-push", "post-checkout", "post-merge", "credential"}
+    {
+        "filter-process",
+        "clean",
+        "smudge",
+        "pre-push",
+        "pre-receive",
+        "post-checkout",
+        "post-merge",
+        "credential",
+    }
 )

@@ -25,8 +25,10 @@ __all__ = [
     "StoreProblem",
     "StoreReport",
     "count_unpushed",
+    "first_dangling",
     "is_local",
     "locate",
+    "missing_files",
     "on_remote",
     "verify_store",
 ]
@@ -94,6 +96,30 @@ def locate(
         there = None if local or remote is None else on_remote(remote, fhash)
         out.append(DataLocation(path, ptr, local, there))
     return out
+
+
+def missing_files(remote: CASRemote, file_hashes: Sequence[bytes]) -> set[bytes]:
+    """The files of ``file_hashes`` that ``remote`` cannot serve.
+
+    One batched question when the remote has ``missing_files`` (the CAS client), else one
+    :func:`on_remote` per file (the embedded store: an index lookup each).
+
+    Raises:
+        RemoteError: the remote could not be asked.
+    """
+    wanted = [h for h in dict.fromkeys(file_hashes) if h != bytes(32)]
+    batch: Callable[[Sequence[bytes]], set[bytes]] | None = getattr(remote, "missing_files", None)
+    if batch is not None:
+        return batch(wanted)
+    return {h for h in wanted if not on_remote(remote, h)}
+
+
+def first_dangling(
+    remote: CASRemote, found: Sequence[tuple[str, Pointer]]
+) -> tuple[str, Pointer] | None:
+    """The first ``(path, pointer)`` whose data ``remote`` does not have, else None."""
+    gone = missing_files(remote, [from_hex(p.xet_hash) for _, p in found])
+    return next(((path, p) for path, p in found if from_hex(p.xet_hash) in gone), None)
 
 
 def count_unpushed(cas: LocalCAS, remote: CASRemote, found: Sequence[tuple[str, Pointer]]) -> int:

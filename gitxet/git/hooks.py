@@ -37,19 +37,31 @@ __all__ = [
     "CHAINED_SUFFIX",
     "HOOK_MARKER",
     "HOOK_NAMES",
+    "RECEIVE_CAS_ENV",
+    "RECEIVE_HOOK",
+    "RECEIVE_TOKEN_ENV",
     "HookChange",
     "PushRef",
+    "ReceiveRef",
     "ensure_hook",
     "hooks_dir",
     "install_hooks",
     "is_gitxet_hook",
     "parse_pre_push_input",
+    "parse_pre_receive_input",
     "render_hook",
     "uninstall_hooks",
 ]
 
 HOOK_MARKER = "# gitxet hook"
 HOOK_NAMES = ("pre-push", "post-checkout", "post-merge")
+#: The server-side hook (bare repositories gitxet serves or pushes into), installed on its
+#: own: never part of a client's set above.
+RECEIVE_HOOK = "pre-receive"
+#: What ``git xet serve`` puts in its git processes' environment for the pre-receive hook:
+#: the server's own CAS URL (loopback) and a per-process read token for it.
+RECEIVE_CAS_ENV = "GITXET_RECEIVE_CAS"
+RECEIVE_TOKEN_ENV = "GITXET_RECEIVE_TOKEN"
 CHAINED_SUFFIX = ".gitxet-chained"
 DEFAULT_PROGRAM = "git-xet"
 # Enough to find the marker in any hook we wrote; user hooks may be bigger, we don't care.
@@ -83,8 +95,9 @@ def hooks_dir(repo: PathArg) -> Path:
 
 
 def _template(name: str) -> str:
-    if name not in HOOK_NAMES:
-        raise ConfigError(f"gitxet has no {name!r} hook (known: {', '.join(HOOK_NAMES)})")
+    known = (*HOOK_NAMES, RECEIVE_HOOK)
+    if name not in known:
+        raise ConfigError(f"gitxet has no {name!r} hook (known: {', '.join(known)})")
     return (resources.files("gitxet.git") / "hook_templates" / name).read_text("utf-8")
 
 
@@ -128,16 +141,20 @@ def install_hooks(
     names: Sequence[str] = HOOK_NAMES,
     program: str | Sequence[str] = DEFAULT_PROGRAM,
     on_conflict: Literal["refuse", "chain"] = "refuse",
+    *,
+    directory: Path | None = None,
 ) -> list[HookChange]:
     """Write gitxet's hooks into ``repo``; see the module docstring for user hooks.
 
     All conflicts are checked before anything is written, so a refusal changes nothing.
+    ``directory`` is the hooks directory when the caller already knows it (a server
+    asking git under its own, hermetic environment); by default git is asked.
 
     Raises:
         HookConflictError: a user hook is in the way (``refuse``), or one is in the way and
             an older chained hook already exists (``chain``).
     """
-    directory = hooks_dir(repo)
+    directory = directory or hooks_dir(repo)
     scripts = {name: render_hook(name, program) for name in names}
     plan: list[tuple[str, Path, HookAction]] = []
     for name in names:
@@ -283,4 +300,41 @@ def parse_pre_push_input(data: bytes) -> list[PushRef]:
         if not (_OID.fullmatch(local_oid) and _OID.fullmatch(remote_oid)):
             raise GitError(f"pre-push input line {number} has a bad object id: {line[:200]!r}")
         refs.append(PushRef(local_ref, local_oid, remote_ref, remote_oid))
+    return refs
+
+
+@dataclass(frozen=True)
+class ReceiveRef:
+    """One line of pre-receive input: a ref a push is about to change."""
+
+    old_oid: str
+    new_oid: str
+    ref: str
+
+    @property
+    def is_delete(self) -> bool:
+        """The push deletes ``ref``."""
+        return set(self.new_oid) == {"0"}
+
+
+def parse_pre_receive_input(data: bytes) -> list[ReceiveRef]:
+    """Parse the lines git writes to a pre-receive hook's stdin.
+
+    Each is ``<old oid> SP <new oid> SP <ref name> LF``.
+
+    Raises:
+        GitError: a line that does not have that shape.
+    """
+    refs: list[ReceiveRef] = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw:
+            continue
+        line = raw.decode("utf-8", "surrogateescape")
+        fields = line.split(" ")
+        if len(fields) != 3 or not all(fields):
+            raise GitError(f"pre-receive input line {number} is malformed: {line[:200]!r}")
+        old, new, ref = fields
+        if not (_OID.fullmatch(old) and _OID.fullmatch(new)):
+            raise GitError(f"pre-receive input line {number} has a bad object id: {line[:200]!r}")
+        refs.append(ReceiveRef(old, new, ref))
     return refs

@@ -194,17 +194,22 @@ class RevListObject(NamedTuple):
 
 
 def _rev_list_args(
-    revs: Sequence[str], exclude: Sequence[str], exclude_remote: str | None
+    revs: Sequence[str],
+    exclude: Sequence[str],
+    exclude_remote: str | None,
+    exclude_refs: bool = False,
 ) -> list[GitArg]:
     if not revs:
         raise GitError("rev-list needs at least one revision")
     args: list[GitArg] = ["rev-list", "--objects"]
     args += [no_option(r, "revision") for r in revs]
-    if exclude or exclude_remote is not None:
+    if exclude or exclude_remote is not None or exclude_refs:
         args.append("--not")
         args += [no_option(r, "revision") for r in exclude]
         if exclude_remote is not None:
             args.append(f"--remotes={no_option(exclude_remote, 'remote name')}")
+        if exclude_refs:
+            args.append("--all")
     return args
 
 
@@ -238,14 +243,18 @@ def small_blobs(
     exclude: Sequence[str] = (),
     exclude_remote: str | None = None,
     max_size: int = MAX_POINTER_SIZE,
+    *,
+    exclude_refs: bool = False,
 ) -> Iterator[BlobInfo]:
     """Blobs from :func:`rev_list_objects` whose size is at most ``max_size``.
 
     Only these can be pointer files, so a pre-push scan reads just them. rev-list's output
     is piped straight into ``cat-file --batch-check`` (no Python in between), so even a
-    history with millions of objects costs one pass and flat memory.
+    history with millions of objects costs one pass and flat memory. ``exclude_refs`` also
+    leaves out what any ref reaches (``--not --all``): in a pre-receive hook, what a push
+    adds.
     """
-    args = _rev_list_args(revs, exclude, exclude_remote)
+    args = _rev_list_args(revs, exclude, exclude_remote, exclude_refs)
     with tempfile.TemporaryFile() as err:
         try:
             producer = subprocess.Popen(

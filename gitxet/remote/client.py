@@ -51,7 +51,7 @@ from gitxet.errors import (
 )
 from gitxet.formats.shard import Shard, parse_shard
 from gitxet.formats.xorb import decode_chunks, verify_xorb
-from gitxet.hashing import chunk_hash, file_hash, to_hex
+from gitxet.hashing import chunk_hash, file_hash, from_hex, to_hex
 from gitxet.remote import protocol as p
 from gitxet.settings import strip_credentials
 from gitxet.util.retry import Retry, RetryPolicy, retry_call
@@ -522,6 +522,33 @@ class CASClient:
             "GET", self._url(p.XORB_LOCATION.format(xorb=hx)), what=f"xorb {hx}", ok=(200, 404)
         )
         return r.status_code == 200
+
+    def missing_files(self, file_hashes: Sequence[bytes]) -> set[bytes]:
+        """The files of ``file_hashes`` the server cannot serve (gitxet extension route,
+        batched; a server without it is asked one file at a time)."""
+        out: set[bytes] = set()
+        hexes = [to_hex(h) for h in dict.fromkeys(file_hashes)]
+        for i in range(0, len(hexes), p.MAX_PRESENCE_BATCH):
+            part = hexes[i : i + p.MAX_PRESENCE_BATCH]
+            what = f"presence of {len(part)} files"
+            r = self._request(
+                "POST",
+                self._url(p.FILE_PRESENCE),
+                what=what,
+                json_body=p.presence_request(part),
+                ok=(200, 404),
+            )
+            if r.status_code == 404:  # an older server
+                out.update(from_hex(x) for x in part if not self.shards_for_file(from_hex(x)))
+                continue
+            out.update(
+                from_hex(x) for x in p.parse_presence_response(self._json(r, what), set(part))
+            )
+        return out
+
+    def has_file(self, file_hash_: bytes) -> bool:
+        """Whether the server can serve the file."""
+        return not self.missing_files([file_hash_])
 
     def shards_for_file(self, file_hash_: bytes) -> list[bytes]:
         """Serialized shards describing a file: ``[]`` if unknown, else one stored shard

@@ -54,6 +54,10 @@ SHARDS_V2 = "/v2/shards"
 FILE_SHARD = "/v1/file-shards/{file_id}"
 #: gitxet extension: where a whole xorb can be fetched, with its chunk layout.
 XORB_LOCATION = "/v1/xorb-locations/{xorb}"
+#: gitxet extension: which of a list of files the CAS cannot serve (one POST for many).
+FILE_PRESENCE = "/v1/file-presence"
+#: Most file hashes in one presence request.
+MAX_PRESENCE_BATCH = 10_000
 #: Path appended to a git repository URL to discover its CAS endpoint.
 DISCOVERY_SUFFIX = "/info/xet"
 
@@ -483,6 +487,39 @@ def parse_grant_request(doc: Any) -> tuple[int, int | None]:
     if crc is None or crc >= 1 << 64:
         raise _bad("checksum.value", "not a decimal u64")
     return length, crc
+
+
+# ---------------------------------------------------------------------------- file presence
+
+
+def presence_request(file_hexes: list[str]) -> dict[str, Any]:
+    """Body of a ``POST /v1/file-presence``: the files to ask about."""
+    return {"files": file_hexes}
+
+
+def parse_presence_request(doc: Any) -> list[str]:
+    """The file hashes of a presence request (server side).
+
+    Raises:
+        RemoteError: malformed, or more than :data:`MAX_PRESENCE_BATCH` hashes.
+    """
+    files = _list(_obj(doc, "presence request").get("files"), "files")
+    if len(files) > MAX_PRESENCE_BATCH:
+        raise _bad("files", f"more than {MAX_PRESENCE_BATCH} hashes")
+    return [_hex(f, "files[]") for f in files]
+
+
+def parse_presence_response(doc: Any, asked: set[str]) -> set[str]:
+    """The missing files of a presence answer: ``{"missing": [hex, ...]}``, a subset of
+    ``asked``.
+
+    Raises:
+        RemoteError: malformed, or naming a file that was not asked about.
+    """
+    missing = {_hex(f, "missing[]") for f in _list(_obj(doc, "presence").get("missing"), "missing")}
+    if not missing <= asked:
+        raise _bad("missing", "names a file that was not asked about")
+    return missing
 
 
 # ---------------------------------------------------------------------------- discovery

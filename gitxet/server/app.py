@@ -8,6 +8,7 @@ Routes (hashes are Xet hex; see ``docs/operations/server.md`` for the full table
 * ``POST /v1/shards`` (JSON) and ``/v2/shards`` (NDJSON frames)
 * ``GET /v1/chunks/{default|default-merkledb}/{chunk}`` (global dedup)
 * ``GET /v1/file-shards/{file}`` (gitxet extension: file block + xorb chunk lists)
+* ``POST /v1/file-presence`` (gitxet extension: which of many files are unknown)
 * ``GET /v1/xorb-locations/{xorb}`` (gitxet extension: signed URL + chunk layout)
 * ``GET /xorb-data/default/{xorb}?exp=&sig=`` with ``Range`` (signed, no Authorization)
 * ``/{name}.git/info/refs|git-upload-pack|git-receive-pack`` (``git http-backend``),
@@ -20,13 +21,14 @@ Errors are JSON ``{"error": "..."}``; tokens and URL queries never appear in log
 from __future__ import annotations
 
 import base64
+import hmac
 import json
 import logging
 import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
@@ -48,7 +50,7 @@ from gitxet.errors import (
     XorbNotFoundError,
 )
 from gitxet.formats.xorb import MAX_XORB_READ_BYTES
-from gitxet.hashing import to_hex
+from gitxet.hashing import from_hex, to_hex
 from gitxet.remote import protocol as p
 from gitxet.server.auth import TokenRecord, TokenStore, valid_repo_name
 from gitxet.server.githttp import SERVICES, BodyTooLargeError, GitHttpBackend
@@ -87,6 +89,8 @@ class AppState:
     git: GitHttpBackend
     max_body: int
     public_url: str | None = None
+    #: A per-process read token for the server's own pre-receive hooks (never stored).
+    internal_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -116,6 +120,10 @@ def _credential(request: Request) -> str | None:
     return None
 
 
+#: What the internal token may do: read the CAS (the pre-receive check), nothing else.
+_HOOK_TOKEN = TokenRecord("receive-hook", "", "read", None, 0)
+
+
 def _authorize(
     request: Request, need: str, repo: str | None = None, *, challenge: str = "Bearer"
 ) -> TokenRecord:
@@ -125,6 +133,8 @@ def _authorize(
     if tok is None:
         raise HttpError(401, "authentication required: send a gitxet token", hdr)
     rec = state.tokens.authenticate(tok)
+    if rec is None and hmac.compare_digest(tok.encode(), state.internal_token.encode()):
+        rec = _HOOK_TOKEN
     if rec is None:
         raise HttpError(401, "invalid or revoked token", hdr)
     request.scope.setdefault("state", {})["token_id"] = rec.id
@@ -148,6 +158,15 @@ async def _body(request: Request, limit: int) -> bytes:
         if len(buf) > limit:
             raise HttpError(413, f"body exceeds the {limit}-byte limit")
     return bytes(buf)
+
+
+async def _json_body(request: Request, limit: int) -> Any:
+    """The request body parsed as JSON; 400 for anything that is not (deep nesting too)."""
+    data = await _body(request, limit)
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        raise HttpError(400, "body is not valid JSON") from None
 
 
 def _hash_param(request: Request, name: str) -> bytes:
@@ -266,8 +285,8 @@ async def xorb_grant(request: Request) -> Response:
     xh = _hash_param(request, "xorb")
     st = _st(request)
     try:
-        length, crc = p.parse_grant_request(json.loads(await _body(request, 64 * 1024)))
-    except (ValueError, RemoteError) as e:
+        length, crc = p.parse_grant_request(await _json_body(request, 64 * 1024))
+    except RemoteError as e:
         raise HttpError(400, f"bad grant request: {e}") from None
     if length > min(st.max_body, MAX_XORB_READ_BYTES + (1 << 20)):
         raise HttpError(413, f"xorb of {length} bytes exceeds the upload limit")
@@ -335,6 +354,18 @@ async def shards_v2(request: Request) -> Response:
     ]
     body = "".join(json.dumps(f) + "\n" for f in frames)
     return Response(body, media_type=p.NDJSON)
+
+
+async def file_presence(request: Request) -> Response:
+    _authorize(request, "read")
+    try:
+        hexes = p.parse_presence_request(await _json_body(request, 1 << 20))
+    except RemoteError as e:
+        raise HttpError(400, f"bad presence request: {e}") from None
+    missing = await run_in_threadpool(
+        _st(request).service.missing_files, [from_hex(x) for x in hexes]
+    )
+    return JSONResponse({"missing": [to_hex(h) for h in missing]})
 
 
 async def dedup_chunk(request: Request) -> Response:
@@ -459,6 +490,8 @@ async def _git(request: Request, name: str, rest: str) -> Response:
                 log.info("created repository %s on first push (token %s)", name, rec.id)
         else:
             raise HttpError(404, f"repository {name} does not exist")
+    if write:
+        await st.git.ensure_receive_hook(name)
     cl = p.parse_decimal(request.headers.get("content-length", ""))
     if cl is not None and cl > st.git.max_body:
         raise HttpError(413, f"body exceeds the {st.git.max_body}-byte limit")
@@ -581,6 +614,7 @@ def create_app(state: AppState) -> ASGIApp:
         Route(p.SHARDS_V2, h(shards_v2), methods=["POST"]),
         Route("/v1/chunks/{prefix}/{chunk}", h(dedup_chunk), methods=["GET"]),
         Route("/v1/file-shards/{file_id}", h(file_shard), methods=["GET"]),
+        Route(p.FILE_PRESENCE, h(file_presence), methods=["POST"]),
         Route("/v1/xorb-locations/{xorb}", h(xorb_location), methods=["GET"]),
         Route("/xorb-data/{prefix}/{xorb}", h(xorb_data), methods=["GET"]),
         Route("/{path:path}", h(fallback), methods=methods),

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import shutil
+import sys
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
-from gitxet.errors import GitError
+from gitxet.errors import GitError, GitxetError
+from gitxet.git.hooks import RECEIVE_CAS_ENV, RECEIVE_HOOK, RECEIVE_TOKEN_ENV, install_hooks
 
 __all__ = ["SERVICES", "CgiResponse", "GitHttpBackend"]
 
@@ -30,6 +34,30 @@ log = logging.getLogger("gitxet.server.git")
 #: Path suffixes (after ``<name>.git``) that git's smart protocol uses.
 SERVICES = ("/info/refs", "/git-upload-pack", "/git-receive-pack")
 _READ_CHUNK = 256 * 1024
+
+
+#: git config for every repository the server hosts, existing or new, given through the
+#: environment (``GIT_CONFIG_COUNT``/``KEY``/``VALUE``), so no repository can opt out:
+#: receive-pack is on (the app checks write access before a push reaches git), and every
+#: pushed object is fsck'd, so trees with ``.git``, ``..``, ``/`` or empty names and other
+#: malformed objects are refused before any ref moves.
+SERVER_GIT_CONFIG = (
+    ("http.receivepack", "true"),
+    ("safe.directory", "*"),
+    ("receive.fsckObjects", "true"),
+    ("transfer.fsckObjects", "true"),
+)
+#: Written into a repository's own config when the server creates it, so the same checks
+#: hold if it is ever pushed to by other means (ssh, a local path).
+REPO_GIT_CONFIG = (("receive.fsckObjects", "true"), ("transfer.fsckObjects", "true"))
+
+
+def _config_env(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    env = {"GIT_CONFIG_COUNT": str(len(pairs))}
+    for i, (key, value) in enumerate(pairs):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return env
 
 
 class BodyTooLargeError(GitError):
@@ -68,13 +96,48 @@ class GitHttpBackend:
             "GIT_CONFIG_GLOBAL": os.devnull,
             "GIT_HTTP_EXPORT_ALL": "1",
             "GIT_PROJECT_ROOT": self.repos_root,
-            "GIT_CONFIG_COUNT": "2",
-            "GIT_CONFIG_KEY_0": "http.receivepack",
-            "GIT_CONFIG_VALUE_0": "true",
-            "GIT_CONFIG_KEY_1": "safe.directory",
-            "GIT_CONFIG_VALUE_1": "*",
+            **_config_env(SERVER_GIT_CONFIG),
             **(env or {}),
         }
+        self.hook_program = [sys.executable, "-m", "gitxet"]
+        self._hooked: set[str] = set()
+        self._hook_warned: set[str] = set()
+
+    def check_receives_with(self, cas_url: str, token: str) -> None:
+        """Make pushes run the pre-receive check against this CAS (the server's own)."""
+        self.env[RECEIVE_CAS_ENV] = cas_url
+        self.env[RECEIVE_TOKEN_ENV] = token
+
+    async def ensure_receive_hook(self, name: str) -> None:
+        """Install gitxet's pre-receive hook in repository ``name`` (once per process).
+
+        A user's own pre-receive hook is kept and run first (chained). If it cannot be
+        installed, pushes are not checked for dangling pointers; that is logged once.
+        """
+        if name in self._hooked or RECEIVE_CAS_ENV not in self.env:
+            return
+        path = self.repo_path(name)
+        try:
+            # where git, under this server's environment, looks for the repository's hooks
+            hooks = Path(
+                (await self._git_out("--git-dir", path, "rev-parse", "--git-path", "hooks")).strip()
+            )
+            await asyncio.to_thread(
+                functools.partial(
+                    install_hooks,
+                    path,
+                    (RECEIVE_HOOK,),
+                    self.hook_program,
+                    "chain",
+                    directory=hooks if hooks.is_absolute() else Path(path) / hooks,
+                )
+            )
+        except GitxetError as e:
+            if name not in self._hook_warned:
+                self._hook_warned.add(name)
+                log.warning("pushes to %s are not checked for missing file data: %s", name, e)
+            return
+        self._hooked.add(name)
 
     def repo_path(self, name: str) -> str:
         """Directory of repository ``name`` (validated by the caller)."""
@@ -85,31 +148,41 @@ class GitHttpBackend:
         return os.path.isfile(os.path.join(self.repo_path(name), "HEAD"))
 
     async def _git(self, *args: str) -> None:
+        await self._git_out(*args)
+
+    async def _git_out(self, *args: str) -> str:
         proc = await asyncio.create_subprocess_exec(
             self.git,
             *args,
             stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=self.env,
         )
-        _, err = await proc.communicate()
+        out, err = await proc.communicate()
         if proc.returncode != 0:
             first = err.decode("utf-8", "replace").strip().splitlines()[:1]
             raise GitError(f"git {args[0]} failed: {first[0] if first else proc.returncode}")
+        return out.decode("utf-8", "surrogateescape")
 
     async def create(self, name: str, initial_branch: str = "main") -> bool:
         """``git init --bare`` a repository; ``False`` if it already existed."""
         if self.exists(name):
             return False
         os.makedirs(self.repos_root, exist_ok=True)
-        await self._git(
-            "init", "-q", "--bare", f"--initial-branch={initial_branch}", self.repo_path(name)
-        )
+        path = self.repo_path(name)
+        await self._git("init", "-q", "--bare", f"--initial-branch={initial_branch}", path)
+        for key, value in REPO_GIT_CONFIG:
+            await self._git("--git-dir", path, "config", key, value)
+        await self.ensure_receive_hook(name)
         return True
 
     async def _fix_unborn_head(self, name: str) -> None:
-        """After a first push of another branch, point HEAD at a branch that exists."""
+        """After a first push of another branch, point HEAD at a branch that exists.
+
+        Only ever at a branch (``refs/heads/feature/x``, never the directory
+        ``refs/heads/feature``): ``main``, else ``master``, else the first in name order.
+        """
         path = self.repo_path(name)
         try:
             with open(os.path.join(path, "HEAD"), encoding="utf-8") as f:
@@ -118,16 +191,22 @@ class GitHttpBackend:
             return
         if not head.startswith("ref: "):
             return
-        ref = head[5:]
-        if os.path.exists(os.path.join(path, ref)) or _packed_has(path, ref):
-            return
-        heads_dir = os.path.join(path, "refs", "heads")
-        branches = sorted(os.listdir(heads_dir)) if os.path.isdir(heads_dir) else []
-        if branches:
-            with contextlib.suppress(GitError):
-                await self._git(
-                    "--git-dir", path, "symbolic-ref", "HEAD", f"refs/heads/{branches[0]}"
+        try:
+            branches = (
+                await self._git_out(
+                    "--git-dir", path, "for-each-ref", "--format=%(refname)", "refs/heads"
                 )
+            ).split()
+        except GitError:
+            return
+        if not branches or head[5:] in branches:
+            return
+        choice = next(
+            (b for b in ("refs/heads/main", "refs/heads/master") if b in branches),
+            sorted(branches)[0],
+        )
+        with contextlib.suppress(GitError):
+            await self._git("--git-dir", path, "symbolic-ref", "HEAD", choice)
 
     async def run(
         self,
@@ -259,14 +338,6 @@ class GitHttpBackend:
         finally:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 proc.stdin.close()
-
-
-def _packed_has(path: str, ref: str) -> bool:
-    try:
-        with open(os.path.join(path, "packed-refs"), encoding="utf-8") as f:
-            return any(line.rstrip("\n").endswith(" " + ref) for line in f)
-    except OSError:
-        return False
 
 
 def _parse_cgi_headers(raw: bytes) -> tuple[int, list[tuple[str, str]]]:

@@ -208,6 +208,11 @@ class CasIndex:
                 self.refresh(since=missed)
         return None
 
+    def has_file(self, file_hash: bytes) -> bool:
+        """Whether an indexed shard describes the file (memory only, no refresh)."""
+        with self._lock:
+            return file_hash in self._files
+
     def xorb_for_chunk(self, chunk_hash: bytes) -> bytes | None:
         """A xorb that holds an eligible chunk, looking in the backend on a miss."""
         for attempt in range(2):

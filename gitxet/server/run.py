@@ -17,6 +17,7 @@ which hold URL signatures. Logging is configured by the caller (the CLI).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import threading
@@ -37,6 +38,8 @@ from gitxet.server.service import CasService
 from gitxet.server.signing import UrlSigner, load_or_create_key
 
 __all__ = ["BackgroundServer", "Limits", "ServerConfig", "build_state", "create_repo", "serve"]
+
+log = logging.getLogger("gitxet.server")
 
 #: Default CAS body limit: a full xorb (64 MiB plus headers) with room to spare.
 DEFAULT_MAX_BODY = 96 << 20
@@ -127,23 +130,42 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _raise_fd_limit(want: int) -> None:
-    """Let this process hold ``want`` descriptors if the hard limit allows it."""
+def _check_fd_limit(limits: Limits) -> None:
+    """Warn when the open-file limit cannot hold ``max_connections`` (the CLI raised it)."""
     import resource
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = limits.max_connections * 2 + 256  # a request may hold a few more (git, files)
     if soft != resource.RLIM_INFINITY and soft < want:
-        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        log.warning(
+            "open-file limit %d is low for --max-connections %d (want %d): raise it (ulimit -n)",
+            soft,
+            limits.max_connections,
+            want,
+        )
+
+
+def _own_url(sock: socket.socket) -> str:
+    """How processes on this machine reach the bound socket (for the pre-receive hook)."""
+    host, port = sock.getsockname()[:2]
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _listen(cfg: ServerConfig, state: AppState) -> socket.socket:
+    sock = _bind(cfg.host, cfg.port)
+    state.git.check_receives_with(_own_url(sock), state.internal_token)
+    return sock
 
 
 def serve(cfg: ServerConfig, state: AppState | None = None) -> None:
     """Run in the foreground until SIGINT/SIGTERM (graceful shutdown)."""
     state = state or build_state(cfg)
-    # each connection is a descriptor, and a request may hold a few more (git, files)
-    _raise_fd_limit(cfg.limits.max_connections * 2 + 256)
-    sock = _bind(cfg.host, cfg.port)
+    _check_fd_limit(cfg.limits)
+    sock = _listen(cfg, state)
     server = uvicorn.Server(_uvicorn_config(cfg, state))
     try:
         server.run(sockets=[sock])
@@ -157,7 +179,7 @@ class BackgroundServer:
 
     def __init__(self, cfg: ServerConfig, state: AppState | None = None) -> None:
         self.state = state or build_state(cfg)
-        self.sock = _bind(cfg.host, cfg.port)
+        self.sock = _listen(cfg, self.state)
         host, port = self.sock.getsockname()[:2]
         self.url = f"http://{host}:{port}"
         self.port = int(port)

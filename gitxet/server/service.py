@@ -200,6 +200,19 @@ class CasService:
             raise FileNotFoundInCASError(to_hex(file_hash_))
         return info
 
+    def missing_files(self, file_hashes: list[bytes]) -> list[bytes]:
+        """The files of ``file_hashes`` no stored shard describes (the empty file is known).
+
+        Misses wait for one index refresh, as a single :meth:`file_info` miss does, so a
+        file registered through another replica counts as present.
+        """
+        started = time.monotonic()
+        missing = [h for h in file_hashes if h != ZERO_HASH and not self.index.has_file(h)]
+        if missing:
+            self.index.refresh(since=started)
+            missing = [h for h in missing if not self.index.has_file(h)]
+        return missing
+
     def reconstruct(
         self,
         file_hash_: bytes,

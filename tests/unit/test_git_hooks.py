@@ -20,6 +20,7 @@ from gitxet.git.hooks import (
     install_hooks,
     is_gitxet_hook,
     parse_pre_push_input,
+    parse_pre_receive_input,
     render_hook,
     uninstall_hooks,
 )
@@ -177,6 +178,26 @@ def test_parse_pre_push_input() -> None:
     ]:
         with pytest.raises(GitError):
             parse_pre_push_input(bad.encode())
+
+
+def test_parse_pre_receive_input() -> None:
+    a, z = "a" * 40, "0" * 40
+    refs = parse_pre_receive_input(f"{z} {a} refs/heads/new\n{a} {z} refs/heads/gone\n".encode())
+    assert [(r.ref, r.is_delete) for r in refs] == [
+        ("refs/heads/new", False),
+        ("refs/heads/gone", True),
+    ]
+    assert parse_pre_receive_input(b"") == []
+    for bad in [f"{a} refs/heads/x\n", f"{a} {'g' * 40} refs/heads/x\n", f"{a}  {a} r\n"]:
+        with pytest.raises(GitError):
+            parse_pre_receive_input(bad.encode())
+
+
+def test_the_receive_hook_is_installed_apart_from_the_client_set(git_repo: Path) -> None:
+    (change,) = install_hooks(git_repo, ["pre-receive"], program=["/opt/x/python", "-m", "gitxet"])
+    text = change.path.read_text()
+    assert change.action == "created" and "/opt/x/python -m gitxet pre-receive" in text
+    assert "pre-receive" not in HOOK_NAMES  # `git xet install` never puts it in a clone
 
 
 # ---- the hooks under a real git push ------------------------------------------------------

@@ -7,6 +7,7 @@ the signed and authenticated routes through the ASGI app: every input gets a cle
 
 from __future__ import annotations
 
+import json
 import random
 import tempfile
 from collections.abc import Iterator
@@ -147,3 +148,33 @@ def test_authenticated_routes_answer_4xx(
     ):
         r = c.get(path, headers=headers)
         assert 400 <= r.status_code < 500, (path, r.status_code, r.text)
+
+
+@FUZZ
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | text,
+            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4),
+            max_leaves=10,
+        ).map(lambda doc: json.dumps({"files": doc}).encode()),
+        st.integers(1, 3000).map(lambda n: b"[" * n),
+    )
+)
+def test_json_bodies_answer_4xx(client: tuple[httpx.Client, str], body: bytes) -> None:
+    c, token = client
+    auth = {"Authorization": f"Bearer {token}"}
+    for path in ("/v1/file-presence", f"/v1/xorb-grants/default/{X}"):
+        r = c.post(path, content=body, headers=auth)
+        assert r.status_code == 200 or 400 <= r.status_code < 500, (path, r.status_code, r.text)
+
+
+def test_presence_answers_what_is_missing(client: tuple[httpx.Client, str]) -> None:
+    c, token = client
+    asked = ["00" * 32, "ab" * 32]
+    r = c.post(
+        "/v1/file-presence", json={"files": asked}, headers={"Authorization": f"Bearer {token}"}
+    )
+    assert r.status_code == 200 and r.json() == {"missing": ["ab" * 32]}
+    assert c.post("/v1/file-presence", json={"files": asked}).status_code == 401

@@ -245,6 +245,17 @@ def test_second_index_finds_uploads_of_another_process(backend: LocalBackend, up
     assert c.rebuild() == 1
 
 
+def test_missing_files_asks_the_backend_once(backend: LocalBackend, up: Upload) -> None:
+    a = CasService(backend)
+    b = CasService(backend, CasIndex(backend, refresh_interval=3600))
+    b.index.refresh(force=True)
+    unknown = [bytes([i]) * 32 for i in range(1, 50)]
+    assert b.missing_files([ZERO_HASH, *unknown]) == unknown
+    a.put_xorb(up.xorb.hash, up.xorb.body)
+    a.put_shard(up.shard)  # through "another replica": b learns it from one refresh
+    assert b.missing_files([up.file_hash, *unknown]) == unknown
+
+
 def test_damaged_stored_objects_are_integrity_errors(
     service: CasService, up: Upload, backend: LocalBackend
 ) -> None:
