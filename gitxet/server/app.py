@@ -33,7 +33,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -527,6 +527,8 @@ def _exc_response(exc: Exception) -> Response:
         return _error(400, str(exc))
     if isinstance(exc, BodyTooLargeError):
         return _error(413, str(exc))
+    if isinstance(exc, ClientDisconnect):  # gone mid-body (or cut off by --body-timeout)
+        return _error(400, "the client disconnected before sending the whole body")
     if isinstance(exc, BackendError):
         log.error("storage failure: %s", exc)
         return _error(503, "storage temporarily unavailable", {"Retry-After": "1"})
