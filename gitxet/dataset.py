@@ -1,9 +1,17 @@
-"""Where a repository's data is: its own store, then its git remotes, in one search order.
+"""Where a repository's data is, and the one way to open a repository's commit for reading.
 
-This is the one place that turns a git remote (a name or a URL) into the CAS that holds its
-data, for every kind of remote, and that decides which remotes to ask, in which order, when
-the local store lacks a file. The filter (smudge), ``git xet checkout``/``fetch``/``pull``,
-mounts and ``xet://`` paths all go through it.
+Two jobs, one idea ("where is this repository's data"):
+
+* :class:`Remotes` turns a git remote (a name or a URL) into the CAS that holds its data,
+  for every kind of remote, and decides which remotes to ask, in which order, when the
+  local store lacks a file. The filter (smudge), ``git xet checkout``/``fetch``/``pull``
+  and the mounts all go through it.
+* :func:`open_dataset` / :func:`open_commit` resolve (repository location, revision, subdir,
+  access settings) to an opened :class:`~gitxet.vfs.model.CommitFS`: the one resolver used
+  by ``git xet mount``/``nfs-serve``/``warmup``, the Docker and CSI plugins and ``xet://``
+  paths. A location is a work tree, a bare repository, a path or ``file://`` URL (data: the
+  repository's own store, then its remotes in search order) or an ``http(s)`` URL (git
+  metadata mirrored into the cache, data from the server through the shared chunk cache).
 
 Remote kinds:
 
@@ -36,22 +44,29 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gitxet.data.reconstruct import ChunkSource, Layout
+from gitxet.data.reconstruct import ChunkCache, ChunkSource, Layout
+from gitxet.data.sources import LayeredSource
 from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, fetch_files
 from gitxet.errors import (
     ConfigError,
     DataUnavailableError,
     FileNotFoundInCASError,
     GitError,
+    GitObjectNotFoundError,
     GitxetError,
+    NotFoundError,
     XorbNotFoundError,
 )
 from gitxet.formats.shard import FileInfo
 from gitxet.git import process
 from gitxet.hashing import to_hex
-from gitxet.settings import strip_credentials
+from gitxet.settings import DEFAULT_CACHE_BYTES, Settings, child_env, strip_credentials, url_token
 from gitxet.store.cas import LocalCAS
+
+if TYPE_CHECKING:  # imported when a commit is opened: the filter never needs the model
+    from gitxet.vfs.model import CommitFS
 
 Progress = Callable[[int], None]
 RemoteFactory = Callable[[str], CASRemote]
@@ -407,3 +422,259 @@ def _fetch_each(
             total.bytes_sent + s.bytes_sent,
         )
     return total
+
+
+# ---- opening a repository for reading -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAccess:
+    """How to reach http(s) repositories (and servers that are remotes of local ones): the
+    token lookup, the shared local cache and the factory of their CAS."""
+
+    cache_root: str
+    token_lookup: Callable[[str], str | None] | None = None
+    offline: bool = False
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+    remote_factory: RemoteFactory | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, offline: bool = False) -> HttpAccess:
+        """Access built from :class:`~gitxet.settings.Settings` (cache, sizes, tokens).
+
+        httpx and the rest are imported on first use: local repositories never pay for them.
+        """
+
+        def make(url: str) -> CASRemote:
+            from gitxet.data.remote_source import http_remote_factory
+
+            build = http_remote_factory(
+                settings.cache_dir,
+                settings.cache_bytes,
+                offline=offline,
+                token_lookup=settings.token_for,
+                read_ahead=settings.prefetch_bytes,
+            )
+            return build(url)
+
+        return cls(settings.cache_dir, settings.token_for, offline, settings.cache_bytes, make)
+
+    def token_for(self, url: str) -> str | None:
+        """The token for ``url`` (the settings' lookup, else the URL's own userinfo)."""
+        return self.token_lookup(url) if self.token_lookup is not None else url_token(url)
+
+
+@dataclass(frozen=True, slots=True)
+class Dataset:
+    """A repository opened for reading: where its git objects are and where its data is.
+
+    ``layers`` are the sources of file data in the order they are asked (the own store,
+    then the remotes in search order; for an http(s) repository, the server alone) and
+    ``names`` say what each is, for the error when none has a file.
+    """
+
+    git_dir: str
+    description: str  # the location as the user gave it, without credentials
+    layers: tuple[ChunkSource, ...]
+    names: tuple[str, ...] = ()
+
+    def chunk_source(self) -> ChunkSource:
+        """One source over every layer (read-only, thread-safe)."""
+        if len(self.layers) == 1 and not self.names:
+            return self.layers[0]  # a server's chunk source (http(s) repositories)
+        return LayeredSource(self.layers, self.names)
+
+    def resolve(self, rev: str) -> str:
+        """Full commit id of a branch, tag or (abbreviated) sha.
+
+        Raises:
+            NotFoundError: no such revision (or it names no commit).
+        """
+        if not rev or rev.startswith("-"):
+            raise NotFoundError(f"no such revision {rev!r} in {self.description}")
+        try:
+            return process.rev_parse(self.git_dir, f"{rev}^{{commit}}")
+        except GitObjectNotFoundError:
+            raise NotFoundError(f"no such revision {rev!r} in {self.description}") from None
+
+    def check_subdir(self, commit: str, subdir: str) -> None:
+        """Raise :class:`NotFoundError` unless ``subdir`` is a directory of ``commit``.
+
+        A cheap check (one git call, no tree walk) for callers that hand the commit on to
+        a daemon and want a bad subdir reported first.
+        """
+        sub = subdir.strip("/")
+        if not sub:
+            return
+        parts = sub.split("/")
+        if any(p in ("", ".", "..") for p in parts):
+            raise NotFoundError(f"{subdir!r} is not a plain relative path")
+        out = process.run_git(
+            ["cat-file", "-t", "--end-of-options", f"{commit}:{sub}"], cwd=self.git_dir, check=False
+        )
+        if out.strip() != b"tree":
+            what = "is not a directory" if out.strip() else "does not exist"
+            raise NotFoundError(f"{sub!r} {what} in commit {commit[:12]}")
+
+    def open_commit(
+        self,
+        commit: str,
+        subdir: str = "",
+        *,
+        source: ChunkSource | None = None,
+        cache: ChunkCache | None = None,
+    ) -> CommitFS:
+        """The read-only filesystem of ``commit`` (a full sha; see :meth:`resolve`), rooted at
+        ``subdir``. ``source`` wraps or replaces :meth:`chunk_source` (fsspec counts reads);
+        ``cache`` shares decoded chunks between commits.
+
+        Raises:
+            FileNotFoundError, NotADirectoryError: ``subdir`` is not a directory there.
+        """
+        from gitxet.vfs.model import CommitFS
+
+        return CommitFS(
+            self.git_dir,
+            commit,
+            source if source is not None else self.chunk_source(),
+            subdir=os.fsencode(subdir.strip("/")),
+            cache=cache,
+        )
+
+
+def _git_auth_env(token: str | None) -> dict[str, str]:
+    """git config through the environment (never argv: tokens stay out of process lists)."""
+    import base64
+
+    if not token:
+        return {}
+    basic = base64.b64encode(f"gitxet:{token}".encode()).decode()
+    return {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "http.extraHeader",
+        "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+        "GIT_TERMINAL_PROMPT": "0",
+    }
+
+
+def mirror_git_metadata(url: str, access: HttpAccess) -> str:
+    """A bare mirror of ``url``'s git objects in the cache (data stays on the server).
+
+    Raises:
+        NotFoundError: offline with no mirror yet.
+        GitError: the server refused or could not be reached.
+    """
+    import hashlib
+    import subprocess
+
+    token = access.token_for(url)
+    clean = strip_credentials(url)
+    key = hashlib.sha256(clean.encode()).hexdigest()[:24]
+    path = os.path.join(access.cache_root, "repos", key + ".git")
+    if access.offline:
+        if not os.path.isdir(path):
+            raise NotFoundError(f"{clean}: not in the cache (offline)")
+        return path
+    env = child_env(_git_auth_env(token))
+    if os.path.isdir(path):
+        args = ["git", "--git-dir", path, "fetch", "--quiet", "--prune", "origin"]
+    else:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = path + f".tmp-{os.getpid()}"
+        args = ["git", "clone", "--quiet", "--mirror", "--", clean, tmp]
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=False)
+    if r.returncode != 0:
+        lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+        msg = lines[-1] if lines else f"git exited with {r.returncode}"
+        if token:
+            msg = msg.replace(token, "***")
+        raise GitError(f"{clean}: {msg}")
+    if not os.path.isdir(path):
+        try:
+            os.rename(tmp, path)
+        except OSError:  # another process mirrored it meanwhile
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def open_dataset(location: str, access: HttpAccess | None = None) -> Dataset:
+    """Open a repository for reading: a work tree, a bare repository, a ``file://`` URL or an
+    http(s) URL.
+
+    For local repositories data comes from the repository's own store (``<git dir>/xet``),
+    then from its remotes in :meth:`Remotes.search_order` (a path remote's embedded store
+    is read where it lives; a server through the shared chunk cache, contacted only for
+    what is not local, which needs ``access``). For http(s) the git objects are mirrored
+    into ``access.cache_root`` and data comes from the server through the chunk cache.
+
+    Raises:
+        NotFoundError: ``location`` is not a git repository gitxet can read.
+        GitError, RemoteError: an http(s) server refused or could not be reached.
+    """
+    shown = strip_credentials(location)
+    if location.startswith(("http://", "https://")):
+        if access is None or access.remote_factory is None:
+            raise NotFoundError(f"{shown}: http(s) repositories need server access settings")
+        git_dir = mirror_git_metadata(location, access)
+        source = chunk_source_of(access.remote_factory(location))
+        if source is None:
+            raise NotFoundError(f"{shown}: the remote offers no readable CAS")
+        return Dataset(git_dir, shown, (source,))
+    root = cas_root(location)
+    if root is None:
+        raise NotFoundError(f"{shown}: only local paths, file:// and http(s) URLs can be opened")
+    path = os.path.dirname(root)  # the git dir (".git" of a work tree, or the bare repo)
+    if not os.path.isdir(path):
+        raise NotFoundError(f"{shown}: no such repository")
+    try:
+        git_dir = str(process.git_dir(path))
+    except GitError:
+        raise NotFoundError(f"{shown}: not a git repository") from None
+    layers: list[ChunkSource] = []
+    names: list[str] = []
+    if os.path.isdir(os.path.join(git_dir, "xet")):
+        layers.append(LocalCAS(os.path.join(git_dir, "xet")))
+        names.append("this repository's store")
+    # data it lacks comes from its remotes: path remotes read in place, servers through
+    # the shared chunk cache (opened on first miss: local data never waits on a network)
+    remotes = Remotes(git_dir, access.remote_factory if access is not None else None)
+    for name in remotes.search_order():
+        url = remotes.url(name)
+        rroot = cas_root(url)
+        if rroot is not None:
+            if os.path.isdir(rroot):
+                layers.append(LocalCAS(rroot))
+                names.append(remotes.describe(name))
+        elif remotes.factory is not None and url.startswith(("http://", "https://")):
+            layers.append(RemoteLayer(remotes, name))
+            names.append(remotes.describe(name))
+    return Dataset(git_dir, shown, tuple(layers), tuple(names))
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedCommit:
+    """A commit opened by :func:`open_commit`: its dataset, full sha and filesystem."""
+
+    dataset: Dataset
+    commit: str
+    fs: CommitFS
+
+    def close(self) -> None:
+        self.fs.close()
+
+
+def open_commit(
+    location: str, rev: str, subdir: str = "", access: HttpAccess | None = None
+) -> OpenedCommit:
+    """The one resolver: repository location, revision, subdir, access -> an opened commit.
+
+    Raises:
+        NotFoundError: no such repository or revision.
+        FileNotFoundError, NotADirectoryError: ``subdir`` is not a directory of the commit.
+        GitError, RemoteError: an http(s) server refused or could not be reached.
+    """
+    ds = open_dataset(location, access)
+    sha = ds.resolve(rev)
+    return OpenedCommit(ds, sha, ds.open_commit(sha, subdir))

@@ -25,13 +25,10 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 from gitxet.data.audit import DataLocation, count_unpushed, locate
 from gitxet.data.clean import Ingestor, IngestResult
 from gitxet.data.reconstruct import ChunkSource, FileReader
-from gitxet.data.sources import LayeredSource
 from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, push_files
 from gitxet.dataset import (
-    RemoteLayer,
     Remotes,
     Search,
-    cas_root,
     fetch_from_any,
     source_with,
 )
@@ -53,13 +50,8 @@ from gitxet.git.paths import unsafe_path
 from gitxet.git.worktree import WorkTree
 from gitxet.hashing import from_hex, to_hex
 from gitxet.settings import (
-    DEFAULT_CACHE_BYTES,
-    Settings,
-    child_env,
     parse_bool,
     parse_size,
-    strip_credentials,
-    url_token,
 )
 from gitxet.store.cas import LocalCAS
 from gitxet.util.atomic import atomic_writer
@@ -740,184 +732,3 @@ def _matches(path: bytes, pattern: str) -> bool:
     p = os.fsdecode(path)
     pat = pattern.rstrip("/")
     return p == pat or p.startswith(pat + "/") or fnmatch.fnmatch(p, pattern)
-
-
-@dataclass(frozen=True, slots=True)
-class DatasetSource:
-    """A repository named by a user (path, bare path, file:// or http(s) URL), for reading."""
-
-    git_dir: str
-    layers: tuple[ChunkSource, ...]  # the own store, then the remotes in search order
-    description: str
-    names: tuple[str, ...] = ()  # what each layer is, for "tried ..." messages
-
-    def chunk_source(self) -> ChunkSource:
-        if len(self.layers) == 1 and not self.names:
-            return self.layers[0]  # a server's chunk source (http(s) repositories)
-        return LayeredSource(self.layers, self.names)
-
-    def resolve(self, rev: str) -> str:
-        """Full commit id of a branch, tag or (abbreviated) sha.
-
-        Raises:
-            NotFoundError: no such revision.
-        """
-        if not rev or rev.startswith("-"):
-            raise NotFoundError(f"no such revision {rev!r} in {self.description}")
-        r = process.run_git(
-            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
-            cwd=self.git_dir,
-            check=False,
-        )
-        sha = r.decode().strip() if isinstance(r, bytes) else ""
-        if not sha:
-            raise NotFoundError(f"no such revision {rev!r} in {self.description}")
-        return sha
-
-
-@dataclass(frozen=True, slots=True)
-class HttpAccess:
-    """How to reach http(s) repositories: the token lookup and the shared local cache."""
-
-    cache_root: str
-    token_lookup: Callable[[str], str | None] | None = None
-    offline: bool = False
-    cache_bytes: int = DEFAULT_CACHE_BYTES
-    remote_factory: Callable[[str], CASRemote] | None = None
-
-    @classmethod
-    def from_settings(cls, settings: Settings, *, offline: bool = False) -> HttpAccess:
-        """Access built from :class:`~gitxet.settings.Settings` (cache, sizes, tokens).
-
-        httpx and the rest are imported on first use: local repositories never pay for them.
-        """
-
-        def make(url: str) -> CASRemote:
-            from gitxet.data.remote_source import http_remote_factory
-
-            build = http_remote_factory(
-                settings.cache_dir,
-                settings.cache_bytes,
-                offline=offline,
-                token_lookup=settings.token_for,
-                read_ahead=settings.prefetch_bytes,
-            )
-            return build(url)
-
-        return cls(settings.cache_dir, settings.token_for, offline, settings.cache_bytes, make)
-
-    def token_for(self, url: str) -> str | None:
-        """The token for ``url`` (the settings' lookup, else the URL's own userinfo)."""
-        return self.token_lookup(url) if self.token_lookup is not None else url_token(url)
-
-
-def _git_auth_env(token: str | None) -> dict[str, str]:
-    """git config through the environment (never argv: tokens stay out of process lists)."""
-    import base64
-
-    if not token:
-        return {}
-    basic = base64.b64encode(f"gitxet:{token}".encode()).decode()
-    return {
-        "GIT_CONFIG_COUNT": "1",
-        "GIT_CONFIG_KEY_0": "http.extraHeader",
-        "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
-        "GIT_TERMINAL_PROMPT": "0",
-    }
-
-
-def mirror_git_metadata(url: str, access: HttpAccess) -> str:
-    """A bare mirror of ``url``'s git objects in the cache (data stays on the server).
-
-    Raises:
-        NotFoundError: offline with no mirror yet.
-        GitError: the server refused or could not be reached.
-    """
-    import hashlib
-    import subprocess
-
-    token = access.token_for(url)
-    clean = strip_credentials(url)
-    key = hashlib.sha256(clean.encode()).hexdigest()[:24]
-    path = os.path.join(access.cache_root, "repos", key + ".git")
-    if access.offline:
-        if not os.path.isdir(path):
-            raise NotFoundError(f"{clean}: not in the cache (offline)")
-        return path
-    env = child_env(_git_auth_env(token))
-    if os.path.isdir(path):
-        args = ["git", "--git-dir", path, "fetch", "--quiet", "--prune", "origin"]
-    else:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + f".tmp-{os.getpid()}"
-        args = ["git", "clone", "--quiet", "--mirror", "--", clean, tmp]
-    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=False)
-    if r.returncode != 0:
-        lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
-        msg = lines[-1] if lines else f"git exited with {r.returncode}"
-        if token:
-            msg = msg.replace(token, "***")
-        raise GitError(f"{clean}: {msg}")
-    if not os.path.isdir(path):
-        try:
-            os.rename(tmp, path)
-        except OSError:  # another process mirrored it meanwhile
-            import shutil
-
-            shutil.rmtree(tmp, ignore_errors=True)
-    return path
-
-
-def open_dataset(spec: str, access: HttpAccess | None = None) -> DatasetSource:
-    """Open ``spec`` (a working repo, a bare repo, a ``file://`` or http(s) URL) for reading.
-
-    For local repositories data comes from the repository's own store (``<git dir>/xet``),
-    then from its remotes in :meth:`~gitxet.dataset.Remotes.search_order` (a path remote's
-    embedded store is read where it lives; a server through the shared chunk cache, which
-    needs ``access``). For http(s) the git objects are mirrored into ``access.cache_root`` and
-    data comes from the server's CAS through the shared chunk cache.
-
-    Raises:
-        NotFoundError: ``spec`` is not a git repository gitxet can read.
-    """
-    if spec.startswith(("http://", "https://")):
-        if access is None or access.remote_factory is None:
-            raise NotFoundError(f"{spec}: http(s) repositories need server access settings")
-        git_dir = mirror_git_metadata(spec, access)
-        remote = access.remote_factory(spec)
-        source = getattr(remote, "chunk_source", None)
-        if source is None:
-            raise NotFoundError(f"{spec}: the remote offers no readable CAS")
-        return DatasetSource(git_dir, (source(),), spec)
-    root = cas_root(spec)
-    if root is None:
-        raise NotFoundError(f"{spec}: only local paths, file:// and http(s) URLs can be opened")
-    path = os.path.dirname(root)  # the git dir (".git" of a work tree, or the bare repo)
-    if not os.path.isdir(path):
-        raise NotFoundError(f"{spec}: no such repository")
-    try:
-        git_dir = str(process.git_dir(path))
-    except GitError:
-        raise NotFoundError(f"{spec}: not a git repository") from None
-    git_dir = (
-        os.path.abspath(os.path.join(path, git_dir)) if not os.path.isabs(git_dir) else git_dir
-    )
-    layers: list[ChunkSource] = []
-    names: list[str] = []
-    if os.path.isdir(os.path.join(git_dir, "xet")):
-        layers.append(LocalCAS(os.path.join(git_dir, "xet")))
-        names.append("this repository's store")
-    # data it lacks comes from its remotes: path remotes read in place, servers through
-    # the shared chunk cache (opened on first miss: local data never waits on a network)
-    remotes = Remotes(git_dir, access.remote_factory if access is not None else None)
-    for name in remotes.search_order():
-        url = remotes.url(name)
-        rroot = cas_root(url)
-        if rroot is not None:
-            if os.path.isdir(rroot):
-                layers.append(LocalCAS(rroot))
-                names.append(remotes.describe(name))
-        elif remotes.factory is not None and url.startswith(("http://", "https://")):
-            layers.append(RemoteLayer(remotes, name))
-            names.append(remotes.describe(name))
-    return DatasetSource(git_dir, tuple(layers), spec, tuple(names))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gitxet.settings import TOKEN_ENV, Settings
 
 if TYPE_CHECKING:  # kept out of start-up: every git-xet command imports this module
-    from gitxet.repo import HttpAccess
+    from gitxet.dataset import HttpAccess
 
 
 def settings(
@@ -40,7 +40,7 @@ def http_access(
 
     ``token`` (e.g. a Docker volume option or a CSI secret) beats the environment/keyring.
     """
-    from gitxet.repo import HttpAccess
+    from gitxet.dataset import HttpAccess
 
     s = settings(cache_dir, cache_size, token=token, prefetch=prefetch)
     return HttpAccess.from_settings(s, offline=offline)
@@ -51,8 +51,8 @@ def plugin_resolver(cache_dir: str | None = None) -> Callable[[Any], str]:
     never the plugin's ``GITXET_TOKEN``, which its volumes do not get either)."""
 
     def resolve(spec: Any) -> str:
+        from gitxet.dataset import HttpAccess
         from gitxet.plugins.mounter import resolve_local
-        from gitxet.repo import HttpAccess
 
         env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
         s = Settings.load(

@@ -64,7 +64,8 @@ def ensure_hooks(repo: Any) -> None:
 
 def open_repo(path: str = ".", **kw: Any) -> Any:
     """The repository at ``path``, configured from the environment (the CLI's job)."""
-    from gitxet.repo import HttpAccess, XetRepo
+    from gitxet.dataset import HttpAccess
+    from gitxet.repo import XetRepo
     from gitxet.settings import Settings, lazy_default
 
     if "remote_factory" not in kw:

@@ -67,15 +67,13 @@ def _open_fs(  # type: ignore[no-untyped-def]
     offline: bool = False,
     prefetch: str | None = None,
 ):
+    """(dataset, full sha, CommitFS) of ``commit`` in ``repo``, through the one resolver."""
     from gitxet.cli._env import http_access
-    from gitxet.repo import open_dataset
-    from gitxet.vfs.model import CommitFS
+    from gitxet.dataset import open_commit
 
     access = http_access(cache_dir, cache_size, offline=offline, prefetch=prefetch)
-    ds = open_dataset(repo, access)
-    sha = ds.resolve(commit)
-    fs = CommitFS(ds.git_dir, sha, ds.chunk_source(), subdir=os.fsencode(subdir or ""))
-    return ds, sha, fs
+    opened = open_commit(repo, commit, subdir or "", access)
+    return opened.dataset, opened.commit, opened.fs
 
 
 def mount_cmd(
@@ -116,11 +114,12 @@ def mount_cmd(
     if not foreground and not nfs:
         # the daemon opens the commit itself: here only check that repo and commit resolve
         from gitxet.cli._env import http_access
-        from gitxet.repo import open_dataset
+        from gitxet.dataset import open_dataset
 
         access = http_access(cache_dir, cache_size, offline=offline, prefetch=prefetch)
         ds = open_dataset(repo, access)
         sha = ds.resolve(commit)
+        ds.check_subdir(sha, subdir or "")  # a bad --subdir fails here, not in the daemon
         typer.echo(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}", err=True)
         if url_token(repo):
             # The token the user put in the URL stays out of the daemon's argv (a forked

@@ -23,10 +23,10 @@ from typing import Any, NoReturn
 from fsspec.spec import AbstractFileSystem
 from fsspec.utils import stringify_path
 
+from gitxet.dataset import HttpAccess
 from gitxet.fsspec.file import READAHEAD_CACHE, XetFile
 from gitxet.fsspec.sources import DEFAULT_MAX_COMMITS, CommitPool, FetchStats, Lease
 from gitxet.fsspec.url import PROTOCOL, XetURL, canonical, parse_url
-from gitxet.repo import HttpAccess
 from gitxet.settings import Settings
 from gitxet.vfs.nodes import Attrs, NodeKind
 

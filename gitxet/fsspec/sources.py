@@ -6,10 +6,11 @@ immutable, so its ``CommitFS`` (parsed trees, pointer sizes, open readers) is re
 path and file of that commit; a branch name is resolved once and remembered until
 :meth:`CommitPool.forget_revisions` (fsspec's ``invalidate_cache``).
 
-The data is read exactly where the mount reads it: ``open_dataset`` finds the repository's
-own store and its path remote's embedded store, and one :class:`ChunkCache` of decoded chunks
-is shared by all commits of the pool. :class:`CountingSource` sits between the readers and
-the stores, so ``FetchStats`` counts what was really read from storage (cache hits are free).
+The data is read exactly where the mount reads it (the one resolver, :mod:`gitxet.dataset`:
+the repository's own store, then its remotes in search order), and one :class:`ChunkCache`
+of decoded chunks is shared by all commits of the pool. :class:`CountingSource` sits between
+the readers and the stores, so ``FetchStats`` counts what was really read from storage (cache
+hits are free).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gitxet.data.reconstruct import ChunkCache, ChunkSource, Layout
+from gitxet.dataset import Dataset, HttpAccess, open_dataset
 from gitxet.errors import GitError, NotFoundError
 from gitxet.formats.shard import FileInfo
-from gitxet.repo import DatasetSource, HttpAccess, open_dataset
 from gitxet.util.lru import Lease as _Lease
 from gitxet.util.lru import LeaseCache
 from gitxet.vfs.model import CommitFS
@@ -126,7 +127,7 @@ class CommitPool:
         self._lock = threading.Lock()  # guards the dicts; never held during I/O
         self._open_lock = threading.Lock()  # serializes opening repos and commits (rare, slow)
         self._cache = ChunkCache(self.cache_bytes)
-        self._datasets: dict[str, tuple[DatasetSource, CountingSource]] = {}
+        self._datasets: dict[str, tuple[Dataset, CountingSource]] = {}
         self._revs: dict[tuple[str, str], str] = {}
         # evicted commits are closed by their last user (an open file holds its lease)
         self._commits: LeaseCache[tuple[str, str], OpenCommit] = LeaseCache(
@@ -146,7 +147,7 @@ class CommitPool:
     def reset_stats(self) -> None:
         self._counter.reset()
 
-    def _dataset(self, repo: str) -> tuple[DatasetSource, CountingSource]:
+    def _dataset(self, repo: str) -> tuple[Dataset, CountingSource]:
         key = repo_key(repo)
         with self._lock:
             found = self._datasets.get(key)
@@ -204,7 +205,7 @@ class CommitPool:
             if lease is not None:
                 return lease
             try:
-                fs = CommitFS(ds.git_dir, sha, source, cache=self._cache)
+                fs = ds.open_commit(sha, source=source, cache=self._cache)
             except GitError as exc:
                 raise FileNotFoundError(
                     errno.ENOENT, f"xet: cannot open commit {sha} of {repo}: {exc}"

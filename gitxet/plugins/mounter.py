@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from gitxet.repo import HttpAccess
+    from gitxet.dataset import HttpAccess
 from gitxet.errors import (
     AuthError,
     FormatError,
@@ -45,7 +45,6 @@ from gitxet.errors import (
     RepoUnavailableError,
 )
 from gitxet.formats.record import parse_record
-from gitxet.git import process
 from gitxet.mount import runner
 from gitxet.settings import (
     CACHE_DIR_ENV,
@@ -183,12 +182,13 @@ def validate_spec(spec: MountSpec, target: str = "") -> None:
 
 
 def resolve_local(spec: MountSpec, access: HttpAccess | None = None) -> str:
-    """Full commit sha of ``spec.commit`` in ``spec.repo``.
+    """Full commit sha of ``spec.commit`` in ``spec.repo`` (through the one resolver,
+    :mod:`gitxet.dataset`), after checking that ``spec.subdir`` is a directory there.
 
     Local paths and file:// URLs need nothing else; http(s) repositories need ``access``
     (cache and credentials), which the plugin's command line builds.
     """
-    from gitxet.repo import open_dataset
+    from gitxet.dataset import open_dataset
 
     try:
         ds = open_dataset(spec.repo, access)
@@ -203,15 +203,11 @@ def resolve_local(spec: MountSpec, access: HttpAccess | None = None) -> str:
         sha = ds.resolve(spec.commit)
     except NotFoundError as exc:
         raise MountSpecError(spec.repo, "commit", str(exc)) from None
-    subdir = spec.subdir.strip("/")
-    if subdir:
-        # Checked here so a missing subdir is a clear "bad subdir" before any daemon runs.
-        out = process.run_git(
-            ["cat-file", "-t", "--end-of-options", f"{sha}:{subdir}"], cwd=ds.git_dir, check=False
-        )
-        if out.strip() != b"tree":
-            what = "is not a directory" if out.strip() else "does not exist"
-            raise MountSpecError(spec.repo, "subdir", f"{subdir!r} {what} in commit {sha[:12]}")
+    try:
+        # checked here so a missing subdir is a clear "bad subdir" before any daemon runs
+        ds.check_subdir(sha, spec.subdir)
+    except NotFoundError as exc:
+        raise MountSpecError(spec.repo, "subdir", str(exc)) from None
     return sha
 
 

@@ -1,4 +1,4 @@
-"""The resolver (gitxet.dataset, repo.open_dataset): remotes of every kind, their search
+"""The resolver (gitxet.dataset): remotes of every kind, their search
 order, data from whichever remote has it, and repositories opened for reading.
 
 Real git repositories and real stores; no server (tests/system covers http remotes).
@@ -23,6 +23,8 @@ from gitxet.dataset import (
     Search,
     cas_root,
     fetch_from_any,
+    open_commit,
+    open_dataset,
     source_with,
 )
 from gitxet.errors import (
@@ -34,7 +36,6 @@ from gitxet.errors import (
     XorbNotFoundError,
 )
 from gitxet.hashing import to_hex
-from gitxet.repo import open_dataset
 from gitxet.store.cas import LocalCAS
 
 
@@ -322,9 +323,43 @@ def test_open_dataset_bad_specs(tmp_path: Path, repos: dict[str, Path]) -> None:
         open_dataset(str(tmp_path / "plain"))
     with pytest.raises(NotFoundError, match="only local paths"):
         open_dataset("ssh://host/x.git")
-    with pytest.raises(NotFoundError, match="need server access"):
-        open_dataset("http://127.0.0.1:1/x.git")
+    with pytest.raises(NotFoundError, match="need server access") as ei:
+        open_dataset("http://user:s3cret@127.0.0.1:1/x.git")
+    assert "s3cret" not in str(ei.value)
     ds = open_dataset(str(repos["work"]))
     for rev in ("no-such-branch", "-x", "", "main:f"):
         with pytest.raises(NotFoundError, match="no such revision"):
             ds.resolve(rev)
+
+
+def test_open_commit_resolves_revision_and_subdir(repos: dict[str, Path]) -> None:
+    work = repos["work"]
+    (work / "d" / "e").mkdir(parents=True)
+    (work / "d" / "e" / "x.txt").write_text("x\n")
+    git(work, "add", "d")
+    git(work, "commit", "-qm", "d")
+    head = git(work, "rev-parse", "HEAD")
+    opened = open_commit(str(work), "main", "d/")
+    try:
+        assert opened.commit == head and Path(opened.dataset.git_dir) == work / ".git"
+        names = [n for n, _ in opened.fs.readdir(opened.fs.root_ino)]
+        assert b"e" in names
+    finally:
+        opened.close()
+    with pytest.raises(FileNotFoundError):
+        open_commit(str(work), "main", "nope")
+    with pytest.raises(NotADirectoryError):
+        open_commit(str(work), "main", "f")
+    with pytest.raises(NotFoundError, match="no such revision"):
+        open_commit(str(work), "nope")
+    # the cheap check callers make before handing a commit to a daemon
+    ds = opened.dataset
+    ds.check_subdir(head, "")
+    ds.check_subdir(head, "d/e/")
+    with pytest.raises(NotFoundError, match="'nope' does not exist"):
+        ds.check_subdir(head, "nope")
+    with pytest.raises(NotFoundError, match=r"'d/e/x.txt' is not a directory"):
+        ds.check_subdir(head, "d/e/x.txt")
+    for bad in ("d/../d", "./d", "d//e"):
+        with pytest.raises(NotFoundError, match="not a plain relative path"):
+            ds.check_subdir(head, bad)
