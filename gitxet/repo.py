@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 from gitxet.data.audit import DataLocation, count_unpushed, locate
 from gitxet.data.clean import Ingestor, IngestResult
 from gitxet.data.reconstruct import ChunkSource, FileReader
+from gitxet.data.staging import StagedIngest
+from gitxet.data.staging import recover as recover_staged
 from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, push_files
 from gitxet.dataset import (
     Remotes,
@@ -55,45 +57,13 @@ from gitxet.settings import (
 )
 from gitxet.store.cas import LocalCAS
 from gitxet.util.atomic import atomic_writer
+from gitxet.util.streams import Chained, read_up_to
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
 DEFAULT_THRESHOLD = 256 * 1024
 Progress = Callable[[int], None]
-
-
-def _read_up_to(src: BinaryIO, n: int) -> bytes:
-    parts: list[bytes] = []
-    left = n
-    while left > 0:
-        b = src.read(left)
-        if not b:
-            break
-        parts.append(b)
-        left -= len(b)
-    return b"".join(parts)
-
-
-class _Chained(io.RawIOBase):
-    """``head`` followed by the rest of ``src``, as one stream."""
-
-    def __init__(self, head: bytes, src: BinaryIO) -> None:
-        self._head = memoryview(head)
-        self._src = src
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        if self._head:
-            n = min(len(buffer), len(self._head))
-            buffer[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
-        data = self._src.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
 
 class _Counting(io.RawIOBase):
@@ -187,6 +157,8 @@ class XetRepo:
         self.remotes = Remotes(self.cwd, remote_factory)
         self._delay_ok: bool | None = None
         self._paths_by_hash: dict[str, str] = {}
+        self._staged: StagedIngest | None = None
+        self._materialized: tuple[tuple[int, int, int], dict[str, list[object]]] | None = None
 
     def _config(self, key: str) -> str | None:
         return process.config_get(self.cwd, key)
@@ -236,18 +208,38 @@ class XetRepo:
             while src.read(8 << 20):
                 pass
             return known, None
-        head = _read_up_to(src, max(self.threshold, MAX_POINTER_SIZE + 1))
+        head = read_up_to(src, max(self.threshold, MAX_POINTER_SIZE + 1))
         if len(head) <= MAX_POINTER_SIZE and try_pointer(head) is not None:
             return head, None  # an unmaterialized pointer stays a pointer
         if len(head) < self.threshold:
             return head, None
-        stream = io.BufferedReader(_Chained(head, src), 8 << 20)
-        with Ingestor(self.cas) as ing:
-            result = ing.add_stream(stream)
-            ing.flush()
+        staged = self._staged
+        if staged is not None:
+            result = staged.add(src, head)
+        else:
+            with Ingestor(self.cas) as ing:
+                result = ing.add_stream(io.BufferedReader(Chained(head, src), 8 << 20))
+                ing.flush()
         self._record(path, result)
         ptr = Pointer(sha256=result.sha256, size=result.size, xet_hash=to_hex(result.file_hash))
         return ptr.encode(), result
+
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[StagedIngest]:
+        """Batch the cleans done inside: small files share xorbs and the store is written
+        per batch, each staged file's bytes journaled first (see ``data.staging``). What a
+        dead earlier session left is stored first."""
+        self.recover_staged()
+        with StagedIngest(self.cas) as staged:
+            self._staged = staged
+            try:
+                yield staged
+            finally:
+                self._staged = None
+
+    def recover_staged(self) -> int:
+        """Store the data journaled by filter sessions that died; returns a file count."""
+        return recover_staged(self.cas)
 
     def clean(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
         out, _ = self.clean_stream(src, pathname)
@@ -256,7 +248,7 @@ class XetRepo:
     def smudge(
         self, pathname: str, src: BinaryIO, dst: BinaryIO, meta: SmudgeMeta = NO_META
     ) -> None:
-        head = _read_up_to(src, MAX_POINTER_SIZE + 1)
+        head = read_up_to(src, MAX_POINTER_SIZE + 1)
         ptr = try_pointer(head)
         if ptr is None:  # not ours: pass it through untouched
             dst.write(head)
@@ -439,6 +431,7 @@ class XetRepo:
     ) -> TransferSummary:
         """Upload the data behind ``pointers`` to ``remote``'s CAS."""
         hashes = [from_hex(p.xet_hash) for p in pointers if p.size]
+        self.recover_staged()
         try:
             return push_files(self.cas, self.remote(remote), hashes, progress=progress)
         except FileNotFoundInCASError as exc:
@@ -603,10 +596,25 @@ class XetRepo:
             return {}
         return data if isinstance(data, dict) else {}
 
+    def _materialized_records(self) -> dict[str, list[object]]:
+        """The records, parsed again only when the file changed (the filter process asks
+        for every file it cleans)."""
+        try:
+            st = os.stat(self._materialized_path())
+        except OSError:
+            return {}
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        cached = self._materialized
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        records = self._load_materialized()
+        self._materialized = (key, records)
+        return records
+
     def _materialized_pointer(self, path: str) -> bytes | None:
         if not path or self.worktree is None:
             return None
-        rec = self._load_materialized().get(path)
+        rec = self._materialized_records().get(path)
         if not isinstance(rec, list) or len(rec) != 4:
             return None
         try:

@@ -84,7 +84,10 @@ def filter_process() -> None:
         msg, _ = describe(exc)
         print(f"git-xet: {command} {path}: {msg}", file=sys.stderr, flush=True)
 
-    serve(repo, sys.stdin.buffer, sys.stdout.buffer, on_error=on_error)
+    # one ingest session for the whole conversation: small files share xorbs, and the
+    # store is written per batch (each staged file journaled first), not per file
+    with repo.staging():
+        serve(repo, sys.stdin.buffer, sys.stdout.buffer, on_error=on_error)
 
 
 def clean(path: str = "") -> None:

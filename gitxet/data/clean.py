@@ -12,16 +12,19 @@ worst unreferenced xorbs, never a shard pointing at a missing xorb.
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from gitxet.chunking import Chunk, chunk_bytes
+from gitxet.chunking.params import MIN_CHUNK
 from gitxet.chunking.pipeline import ChunkStream
 from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
-from gitxet.hashing import verification_hash
+from gitxet.hashing import chunk_hash, file_hash, verification_hash
 from gitxet.store.cas import LocalCAS
 
 # A term refers either to a stored xorb (its hash) or to a xorb still being built (its
@@ -66,6 +69,16 @@ class _PendingXorb:
     @property
     def count(self) -> int:
         return len(self.hashes)
+
+
+@dataclass
+class _FileAcc:
+    """A file being added: its terms and chunk hashes so far, and its byte counts."""
+
+    terms: list[_Term] = field(default_factory=list)
+    chunk_hashes: list[bytes] = field(default_factory=list)
+    new_bytes: int = 0
+    reused: int = 0
 
 
 @dataclass
@@ -159,6 +172,14 @@ class Ingestor:
         self._resolved[p.number] = sx.hash
         self._pending = self._new_pending()
 
+    def fits(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more of new data surely fit in the xorb being built (so a file
+        of that size would not be split across two xorbs)."""
+        p = self._pending
+        chunks = p.count + nbytes // MIN_CHUNK + 1
+        bound = xorbfmt.serialized_size_bound(p.nbytes + nbytes, chunks)
+        return bound <= self._max_bytes and chunks <= self._max_chunks
+
     def _place_new(self, data: bytes, h: bytes) -> tuple[XorbRef, int]:
         p = self._pending
         n = p.count + 1
@@ -178,36 +199,49 @@ class Ingestor:
     def add_stream(self, stream: BinaryIO, progress: Progress | None = None) -> IngestResult:
         """Chunk, dedup and stage one file; call :meth:`flush` to make it durable."""
         cs = ChunkStream(stream, executor=self._executor, sha256=True)
-        terms: list[_Term] = []
-        chunk_hashes: list[bytes] = []
-        new_bytes = reused = 0
+        acc = _FileAcc()
         for block in cs:
-            unknown = [h for h in block.hashes if h not in self._session]
-            known = self.cas.lookup_chunks(unknown) if unknown else {}
-            for data, h in zip(block.chunks, block.hashes, strict=True):
-                n = len(data)
-                loc: tuple[XorbRef, int] | None = self._session.get(h) or known.get(h)
-                if loc is None:
-                    loc = self._place_new(bytes(data), h)
-                    new_bytes += n
-                else:
-                    reused += n
-                self._session[h] = loc
-                chunk_hashes.append(h)
-                ref, idx = loc
-                last = terms[-1] if terms else None
-                if last is not None and last.xorb == ref and last.end == idx:
-                    last.end += 1
-                    last.nbytes += n
-                else:
-                    terms.append(_Term(ref, idx, idx + 1, n))
-            self._compress_pending()
+            self._add_block(acc, block.chunks, block.hashes)
             if progress is not None:
                 progress(sum(len(c) for c in block.chunks))
-        result = IngestResult(
-            cs.file_hash, cs.size, cs.sha256, len(chunk_hashes), new_bytes, reused
-        )
-        self._files.append(_PendingFile(cs.file_hash, cs.sha256, terms, chunk_hashes))
+        return self._finish_file(acc, cs.file_hash, cs.size, cs.sha256)
+
+    def add_bytes(self, data: bytes) -> IngestResult:
+        """:meth:`add_stream` for a small file already in memory: chunked and hashed on this
+        thread, without the pipeline's thread hand-offs (which cost more than the work)."""
+        chunks = chunk_bytes(data)
+        hashes = [chunk_hash(c) for c in chunks]
+        acc = _FileAcc()
+        self._add_block(acc, chunks, hashes)
+        fh = file_hash(list(zip(hashes, (len(c) for c in chunks), strict=True)))
+        return self._finish_file(acc, fh, len(data), hashlib.sha256(data).hexdigest())
+
+    def _add_block(self, acc: _FileAcc, chunks: Sequence[Chunk], hashes: list[bytes]) -> None:
+        unknown = [h for h in hashes if h not in self._session]
+        known = self.cas.lookup_chunks(unknown) if unknown else {}
+        terms = acc.terms
+        for data, h in zip(chunks, hashes, strict=True):
+            n = len(data)
+            loc: tuple[XorbRef, int] | None = self._session.get(h) or known.get(h)
+            if loc is None:
+                loc = self._place_new(bytes(data), h)
+                acc.new_bytes += n
+            else:
+                acc.reused += n
+            self._session[h] = loc
+            acc.chunk_hashes.append(h)
+            ref, idx = loc
+            last = terms[-1] if terms else None
+            if last is not None and last.xorb == ref and last.end == idx:
+                last.end += 1
+                last.nbytes += n
+            else:
+                terms.append(_Term(ref, idx, idx + 1, n))
+        self._compress_pending()
+
+    def _finish_file(self, acc: _FileAcc, fh: bytes, size: int, sha256: str) -> IngestResult:
+        result = IngestResult(fh, size, sha256, len(acc.chunk_hashes), acc.new_bytes, acc.reused)
+        self._files.append(_PendingFile(fh, sha256, acc.terms, acc.chunk_hashes))
         return result
 
     def add_path(self, path: str, progress: Progress | None = None) -> IngestResult:
@@ -242,10 +276,10 @@ class Ingestor:
             infos.append(shardfmt.FileInfo(f.file_hash, terms, verification, sha))
         data = shardfmt.upload_shard_for(infos, self._new_xorbs)
         name = self.cas.put_shard(data)
-        # Chunks of this session now live in stored xorbs: keep them addressable by hash.
-        for h, (ref, idx) in list(self._session.items()):
-            if isinstance(ref, int):
-                self._session[h] = (self._resolved[ref], idx)
+        # Chunks of this session now live in stored, indexed xorbs: later files find them
+        # through the store's chunk index, so the session forgets them (bounded memory).
+        self._session.clear()
+        self._resolved.clear()
         self._files.clear()
         self._new_xorbs.clear()
         return name

@@ -590,51 +590,96 @@ def _parse_files(
         what = f"shard file block {len(files)} at byte {pos}"
         if limit - pos < RECORD_SIZE:
             raise _fail(what, "truncated: the file section has no bookend")
-        file_hash, flags, num, reserved = _FILE_HEADER.unpack_from(mv, pos)
-        if file_hash == _BOOKEND_HASH:
+        if mv[pos : pos + HASH_LEN] == _BOOKEND_HASH:
             if mv[pos + HASH_LEN : pos + RECORD_SIZE] != _ZERO16:
                 raise _fail(what, "bookend with non-zero fields")
             return files, pos + RECORD_SIZE, index
-        if flags & ~_FILE_FLAGS:
-            raise _fail(what, f"unknown flags {flags:#010x}")
-        if reserved:
-            raise _fail(what, "reserved header field is not zero")
-        has_ver = bool(flags & FILE_FLAG_VERIFICATION)
-        has_ext = bool(flags & FILE_FLAG_METADATA_EXT)
-        records = num * (2 if has_ver else 1) + has_ext
-        body = pos + RECORD_SIZE
-        # Bound the declared count by the bytes present (plus a bookend) before reading.
-        if RECORD_SIZE * (records + 1) > limit - body:
-            raise _fail(what, f"declares {num} terms, only {limit - body} bytes remain")
-        terms: list[FileTerm] = []
-        for i, (xh, xflags, unpacked, cstart, cend) in enumerate(
-            _FILE_ENTRY.iter_unpack(mv[body : body + RECORD_SIZE * num])
-        ):
-            if xflags:
-                raise _fail(what, f"term {i}: xorb flags {xflags:#x} are not zero")
-            if not cstart < cend:
-                raise _fail(what, f"term {i}: empty chunk range [{cstart}, {cend})")
-            if unpacked == 0:
-                raise _fail(what, f"term {i}: zero unpacked bytes")
-            terms.append(FileTerm(xh, cstart, cend, unpacked))
-        p = body + RECORD_SIZE * num
-        verification: list[bytes] | None = None
-        if has_ver:
-            verification = []
-            for i, (vh, pad) in enumerate(_HASH_RECORD.iter_unpack(mv[p : p + RECORD_SIZE * num])):
-                if pad != _ZERO16:
-                    raise _fail(what, f"verification entry {i} has non-zero padding")
-                verification.append(vh)
-            p += RECORD_SIZE * num
-        sha: bytes | None = None
-        if has_ext:
-            sha, pad = _HASH_RECORD.unpack_from(mv, p)
+        # the declared count is bounded by the bytes present, keeping room for a bookend
+        info, end = _parse_file_block(mv, pos, limit - RECORD_SIZE, what)
+        index[(pos - start) // RECORD_SIZE] = info.file_hash
+        files.append(info)
+        pos = end
+
+
+def _parse_file_block(mv: memoryview, pos: int, limit: int, what: str) -> tuple[FileInfo, int]:
+    """One file block at ``pos`` (not a bookend) that must end by ``limit``."""
+    if limit - pos < RECORD_SIZE:
+        raise _fail(what, "truncated file block header")
+    file_hash, flags, num, reserved = _FILE_HEADER.unpack_from(mv, pos)
+    if flags & ~_FILE_FLAGS:
+        raise _fail(what, f"unknown flags {flags:#010x}")
+    if reserved:
+        raise _fail(what, "reserved header field is not zero")
+    has_ver = bool(flags & FILE_FLAG_VERIFICATION)
+    has_ext = bool(flags & FILE_FLAG_METADATA_EXT)
+    records = num * (2 if has_ver else 1) + has_ext
+    body = pos + RECORD_SIZE
+    # Bound the declared count by the bytes present before reading.
+    if RECORD_SIZE * records > limit - body:
+        raise _fail(what, f"declares {num} terms, only {limit - body} bytes remain")
+    terms: list[FileTerm] = []
+    for i, (xh, xflags, unpacked, cstart, cend) in enumerate(
+        _FILE_ENTRY.iter_unpack(mv[body : body + RECORD_SIZE * num])
+    ):
+        if xflags:
+            raise _fail(what, f"term {i}: xorb flags {xflags:#x} are not zero")
+        if not cstart < cend:
+            raise _fail(what, f"term {i}: empty chunk range [{cstart}, {cend})")
+        if unpacked == 0:
+            raise _fail(what, f"term {i}: zero unpacked bytes")
+        terms.append(FileTerm(xh, cstart, cend, unpacked))
+    p = body + RECORD_SIZE * num
+    verification: list[bytes] | None = None
+    if has_ver:
+        verification = []
+        for i, (vh, pad) in enumerate(_HASH_RECORD.iter_unpack(mv[p : p + RECORD_SIZE * num])):
             if pad != _ZERO16:
-                raise _fail(what, "metadata extension has non-zero padding")
-            p += RECORD_SIZE
-        index[(pos - start) // RECORD_SIZE] = file_hash
-        files.append(FileInfo(file_hash, terms, verification, sha))
-        pos = p
+                raise _fail(what, f"verification entry {i} has non-zero padding")
+            verification.append(vh)
+        p += RECORD_SIZE * num
+    sha: bytes | None = None
+    if has_ext:
+        sha, pad = _HASH_RECORD.unpack_from(mv, p)
+        if pad != _ZERO16:
+            raise _fail(what, "metadata extension has non-zero padding")
+        p += RECORD_SIZE
+    return FileInfo(file_hash, terms, verification, sha), p
+
+
+def file_block_size(header: bytes) -> int:
+    """Bytes of the file block that starts with this 48-byte header (for reading one block
+    of a stored shard; see :func:`parse_file_block`)."""
+    if len(header) < RECORD_SIZE:
+        raise _fail("shard file block", "truncated header")
+    _, flags, num, _ = _FILE_HEADER.unpack_from(header, 0)
+    has_ver = bool(flags & FILE_FLAG_VERIFICATION)
+    has_ext = bool(flags & FILE_FLAG_METADATA_EXT)
+    return RECORD_SIZE * (1 + int(num) * (2 if has_ver else 1) + has_ext)
+
+
+def parse_file_block(data: bytes | memoryview, what: str = "shard file block") -> FileInfo:
+    """One file block, exactly (as read at an offset :func:`file_block_offsets` gave).
+
+    Raises:
+        ShardFormatError: malformed, truncated, a bookend, or followed by extra bytes.
+    """
+    mv = memoryview(data).cast("B")
+    if mv[:HASH_LEN] == _BOOKEND_HASH:
+        raise _fail(what, "is a bookend, not a file block")
+    info, end = _parse_file_block(mv, 0, len(mv), what)
+    if end != len(mv):
+        raise _fail(what, f"{len(mv) - end} bytes after the block")
+    return info
+
+
+def file_block_offsets(files: Iterable[FileInfo]) -> list[int]:
+    """Byte offset of each file's block in a shard holding ``files`` in this order."""
+    out: list[int] = []
+    pos = HEADER_SIZE
+    for f in files:
+        out.append(pos)
+        pos += RECORD_SIZE * f.num_records
+    return out
 
 
 def _chunk_defect(i: int, start: int, size: int, flags: int, reserved: int) -> str:

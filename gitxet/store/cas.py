@@ -51,12 +51,17 @@ from gitxet.util.lru import Lease, LeaseCache, LRUCache
 MAX_OPEN_XORBS = 64
 #: verified xorb layouts kept per store
 MAX_LAYOUTS = 4096
-#: parsed shards kept per store
-MAX_SHARDS = 64
+#: file reconstructions kept per store
+MAX_FILE_INFOS = 4096
 
+# files.pos: the byte offset of the file's block in its shard, so a lookup reads one block
+# instead of parsing a shard of maybe 100,000 files
+_SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY);
-CREATE TABLE IF NOT EXISTS files (hash BLOB PRIMARY KEY, shard TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS files (
+    hash BLOB PRIMARY KEY, shard TEXT NOT NULL, pos INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS chunks (
     hash BLOB PRIMARY KEY, xorb BLOB NOT NULL, idx INTEGER NOT NULL
 ) WITHOUT ROWID;
@@ -138,7 +143,7 @@ class LocalCAS:
         self.root = os.path.abspath(root)
         self.durable = durable
         self._layouts: LRUCache[bytes, XorbLayout] = LRUCache(MAX_LAYOUTS)
-        self._shard_cache: LRUCache[str, shardfmt.Shard] = LRUCache(MAX_SHARDS)
+        self._infos: LRUCache[bytes, shardfmt.FileInfo] = LRUCache(MAX_FILE_INFOS)
         self._lock = threading.Lock()
         self._local = threading.local()
         self._files: LeaseCache[bytes, _XorbFile] = LeaseCache(MAX_OPEN_XORBS, _XorbFile.close)
@@ -170,11 +175,33 @@ class LocalCAS:
             conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(_SCHEMA)
+            if conn.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
+                fresh |= self._migrate(conn)
             self._local.conn = conn
             if fresh:
                 self.rebuild_index()
         return conn
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> bool:
+        """Create the tables, or drop an older layout's (a cache: rebuilt from the shards);
+        True when the index must be rebuilt."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if conn.execute("PRAGMA user_version").fetchone()[0] == _SCHEMA_VERSION:
+                conn.execute("COMMIT")
+                return False  # another process did it meanwhile
+            for table in ("files", "chunks", "shards"):
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    conn.execute(stmt)
+            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return True
 
     def close(self) -> None:
         """Close open xorb files (those being read, once read) and this thread's index
@@ -197,9 +224,10 @@ class LocalCAS:
         db = self._db()
         with db:
             db.execute("BEGIN IMMEDIATE")
+            offsets = shardfmt.file_block_offsets(shard.files)
             db.executemany(
-                "INSERT OR IGNORE INTO files(hash, shard) VALUES (?, ?)",
-                ((f.file_hash, name) for f in shard.files),
+                "INSERT OR IGNORE INTO files(hash, shard, pos) VALUES (?, ?, ?)",
+                ((f.file_hash, name, pos) for f, pos in zip(shard.files, offsets, strict=True)),
             )
             db.executemany(
                 "INSERT OR IGNORE INTO chunks(hash, xorb, idx) VALUES (?, ?, ?)",
@@ -468,11 +496,7 @@ class LocalCAS:
             return f.read()
 
     def _load_shard(self, name: str) -> shardfmt.Shard:
-        s = self._shard_cache.get(name)
-        if s is None:
-            s = shardfmt.parse_shard(self.shard_bytes(name))
-            self._shard_cache.put(name, s)
-        return s
+        return shardfmt.parse_shard(self.shard_bytes(name))
 
     def put_shard(self, data: bytes) -> str:
         """Validate, store and index a shard; every xorb it references must be present.
@@ -495,13 +519,26 @@ class LocalCAS:
 
     def file_info(self, file_hash: bytes) -> shardfmt.FileInfo | None:
         """The reconstruction of a file, if some stored shard describes it."""
-        row = self._db().execute("SELECT shard FROM files WHERE hash = ?", (file_hash,)).fetchone()
+        info = self._infos.get(file_hash)
+        if info is not None:
+            return info
+        q = "SELECT shard, pos FROM files WHERE hash = ?"
+        row = self._db().execute(q, (file_hash,)).fetchone()
         if row is None:
             return None
-        for f in self._load_shard(str(row[0])).files:
-            if f.file_hash == file_hash:
-                return f
-        return None
+        name, pos = str(row[0]), int(row[1])
+        what = f"shard {name} file block at byte {pos}"
+        with open(self.shard_path(name), "rb") as f:
+            header = os.pread(f.fileno(), shardfmt.RECORD_SIZE, pos)
+            size = shardfmt.file_block_size(header)
+            if size > shardfmt.MAX_SHARD_BYTES:
+                raise ShardFormatError(what, f"declares {size} bytes")
+            block = os.pread(f.fileno(), size, pos)
+        info = shardfmt.parse_file_block(block, what)
+        if info.file_hash != file_hash:
+            raise ShardFormatError(what, "holds another file (the index is stale)")
+        self._infos.put(file_hash, info)
+        return info
 
     def xorbs_for_files(self, file_hashes: Iterable[bytes]) -> set[bytes]:
         """Every xorb the given files' reconstructions reference (files unknown are skipped)."""

@@ -1,0 +1,143 @@
+"""Batched ingest (data.staging): shared xorbs, the journal, and recovery after a crash."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from gitxet.data.reconstruct import FileReader
+from gitxet.data.staging import StagedIngest, journal_dir, recover
+from gitxet.store.cas import LocalCAS
+
+
+def _files(n: int, seed: int = 3) -> list[bytes]:
+    rnd = random.Random(seed)
+    return [rnd.randbytes(rnd.randrange(1, 200_000)) for _ in range(n)]
+
+
+def _read(cas: LocalCAS, fh: bytes) -> bytes:
+    r = FileReader(cas, fh)
+    return r.read(0, r.size)
+
+
+def test_small_files_share_xorbs_and_one_shard_per_batch(tmp_path: Path) -> None:
+    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
+    datas = _files(200)
+    with StagedIngest(cas) as st:
+        results = [st.add(io.BytesIO(d)) for d in datas]
+        assert list(cas.xorb_hashes()) == []  # staged: nothing written per file
+        assert len(os.listdir(journal_dir(cas))) == 1
+    assert len(list(cas.xorb_hashes())) == 1  # ~20 MB of files: one shared xorb
+    assert len(list(cas.shard_names())) == 1
+    assert os.listdir(journal_dir(cas)) == []  # closed: journal removed
+    for d, r in zip(datas, results, strict=True):
+        assert _read(cas, r.file_hash) == d
+
+
+def test_a_full_xorb_is_written_without_splitting_files(tmp_path: Path) -> None:
+    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
+    datas = _files(60)
+    with StagedIngest(cas) as st:
+        st._session()._max_bytes = 1 << 20  # tiny xorbs for the test
+        results = [st.add(io.BytesIO(d)) for d in datas]
+        assert st.flushes > 3
+    for r, d in zip(results, datas, strict=True):
+        info = cas.file_info(r.file_hash)
+        assert info is not None and len({t.xorb_hash for t in info.terms}) == 1
+        assert _read(cas, r.file_hash) == d
+
+
+def test_a_big_file_is_stored_before_add_returns(tmp_path: Path) -> None:
+    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
+    small, big = b"s" * 1000, random.Random(4).randbytes(3 << 20)
+    with StagedIngest(cas, stage_max=1 << 20) as st:
+        rs = st.add(io.BytesIO(small))
+        assert cas.file_info(rs.file_hash) is None  # staged
+        rb = st.add(io.BytesIO(big))
+        assert cas.file_info(rb.file_hash) is not None  # stored, and the staged one with it
+        assert cas.file_info(rs.file_hash) is not None
+    assert _read(cas, rb.file_hash) == big
+
+
+_CRASH = textwrap.dedent(
+    """
+    import io, os, random, sys
+    from gitxet.data.staging import StagedIngest
+    from gitxet.store.cas import LocalCAS
+    cas = LocalCAS(sys.argv[1], durable=False)
+    st = StagedIngest(cas)
+    rnd = random.Random(3)
+    for _ in range(int(sys.argv[2])):
+        r = st.add(io.BytesIO(rnd.randbytes(rnd.randrange(1, 200_000))))
+        print(r.file_hash.hex(), flush=True)
+    if sys.argv[3] == "wait":
+        sys.stdin.read()  # hold the session open until the test closes stdin
+    os._exit(0)  # dies without closing the session: the journal stays
+    """
+)
+
+
+def test_recover_stores_what_a_dead_session_journaled(tmp_path: Path) -> None:
+    root = str(tmp_path / "cas")
+    out = subprocess.run(
+        [sys.executable, "-c", _CRASH, root, "40", "die"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    hashes = [bytes.fromhex(h) for h in out.stdout.split()]
+    cas = LocalCAS(root, durable=False)
+    assert all(cas.file_info(h) is None for h in hashes)  # never flushed
+    assert recover(cas) == 40
+    datas = _files(40)
+    for h, d in zip(hashes, datas, strict=True):
+        assert _read(cas, h) == d
+    assert os.listdir(journal_dir(cas)) == []
+    assert recover(cas) == 0
+
+
+def test_recover_leaves_a_live_session_alone(tmp_path: Path) -> None:
+    root = str(tmp_path / "cas")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CRASH, root, "3", "wait"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(3)]
+        assert all(len(line.strip()) == 64 for line in lines)
+        cas = LocalCAS(root, durable=False)
+        assert recover(cas) == 0  # its lock is held
+        assert len(os.listdir(journal_dir(cas))) == 1
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(60)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    assert recover(cas) == 3  # now it is dead
+
+
+def test_a_torn_last_record_is_dropped(tmp_path: Path) -> None:
+    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
+    st = StagedIngest(cas)
+    r1 = st.add(io.BytesIO(b"first file"))
+    st.add(io.BytesIO(b"second file"))
+    assert st._journal is not None
+    path = st._journal.name
+    with open(path, "rb") as f:
+        data = f.read()
+    st._journal.close()  # the "crash": lock released, journal left behind
+    st._session().close()
+    with open(path, "wb") as f:
+        f.write(data[:-3])  # the second record was being written
+    assert recover(cas) == 1
+    assert _read(cas, r1.file_hash) == b"first file"
