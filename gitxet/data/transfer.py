@@ -61,6 +61,10 @@ class LocalDirRemote:
     def upload_shard(self, data: bytes) -> None:
         self.cas.put_shard(data)
 
+    def upload_shards(self, datas: list[bytes]) -> None:
+        """Many shards at once: one filesystem sync and one index transaction."""
+        self.cas.put_shards(datas)
+
     def shards_for_file(self, file_hash: bytes) -> list[bytes]:
         return [self.cas.shard_bytes(n) for n in sorted(self.cas.shards_for_files([file_hash]))]
 
@@ -158,7 +162,16 @@ def push_files(
         remote.upload_xorb(x, body)
         return len(body)
 
-    moved = _move(todo, send, shards, remote.upload_shard, progress, workers, "push")
+    upload_all = getattr(remote, "upload_shards", None)
+
+    def upload(datas: list[bytes]) -> None:
+        if upload_all is not None:
+            upload_all(datas)
+            return
+        for data in datas:
+            remote.upload_shard(data)
+
+    moved = _move(todo, send, shards, upload, progress, workers, "push")
     return TransferSummary(len(wanted), len(todo), len(xorbs) - len(todo), len(shards), moved)
 
 
@@ -205,7 +218,7 @@ def fetch_files(
         local.put_xorb(x, body, durable=False)
         return len(body)
 
-    moved = _move(todo, get, shards, local.put_shard, progress, workers, "fetch")
+    moved = _move(todo, get, shards, local.put_shards, progress, workers, "fetch")
     return TransferSummary(len(wanted), len(todo), len(xorbs) - len(todo), len(shards), moved)
 
 
@@ -213,7 +226,7 @@ def _move(
     xorbs: list[bytes],
     copy_xorb: Callable[[bytes], int],
     shards: dict[str, bytes],
-    put_shard: Callable[[bytes], object],
+    put_shards: Callable[[list[bytes]], object],
     progress: Progress | None,
     workers: int,
     what: str,
@@ -240,10 +253,8 @@ def _move(
         wait([f for f in futures if f.running()], timeout=ABANDON_AFTER)
         raise
     ex.shutdown()
-    for data in shards.values():
-        put_shard(data)
-        total += len(data)
-    return total
+    put_shards(list(shards.values()))
+    return total + sum(len(d) for d in shards.values())
 
 
 def _name(data: bytes) -> bytes:

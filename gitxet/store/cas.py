@@ -44,7 +44,7 @@ from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, merkle_root, to_hex
 from gitxet.store.locking import file_lock
-from gitxet.util.atomic import atomic_write, atomic_writer
+from gitxet.util.atomic import atomic_write, atomic_writer, sync_written
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
 
 #: open xorb descriptors kept per store (plus those that concurrent reads still hold)
@@ -215,25 +215,33 @@ class LocalCAS:
     def rebuild_index(self) -> int:
         """Re-index every shard on disk (the index is a cache of the shards); returns a count."""
         names = list(self.shard_names())
-        for name in names:
-            with contextlib.suppress(FormatError, OSError):
-                self._index_shard(name, self._load_shard(name))
+        for i in range(0, len(names), 256):  # one transaction per 256 shards
+            batch: list[tuple[str, shardfmt.Shard]] = []
+            for name in names[i : i + 256]:
+                with contextlib.suppress(FormatError, OSError):
+                    batch.append((name, self._load_shard(name)))
+            if batch:
+                self._index_shards(batch)
         return len(names)
 
     def _index_shard(self, name: str, shard: shardfmt.Shard) -> None:
+        self._index_shards([(name, shard)])
+
+    def _index_shards(self, shards: list[tuple[str, shardfmt.Shard]]) -> None:
         db = self._db()
         with db:
             db.execute("BEGIN IMMEDIATE")
-            offsets = shardfmt.file_block_offsets(shard.files)
-            db.executemany(
-                "INSERT OR IGNORE INTO files(hash, shard, pos) VALUES (?, ?, ?)",
-                ((f.file_hash, name, pos) for f, pos in zip(shard.files, offsets, strict=True)),
-            )
-            db.executemany(
-                "INSERT OR IGNORE INTO chunks(hash, xorb, idx) VALUES (?, ?, ?)",
-                ((c.hash, x.xorb_hash, i) for x in shard.xorbs for i, c in enumerate(x.chunks)),
-            )
-            db.execute("INSERT OR IGNORE INTO shards(name) VALUES (?)", (name,))
+            for name, shard in shards:
+                offsets = shardfmt.file_block_offsets(shard.files)
+                db.executemany(
+                    "INSERT OR IGNORE INTO files(hash, shard, pos) VALUES (?, ?, ?)",
+                    ((f.file_hash, name, p) for f, p in zip(shard.files, offsets, strict=True)),
+                )
+                db.executemany(
+                    "INSERT OR IGNORE INTO chunks(hash, xorb, idx) VALUES (?, ?, ?)",
+                    ((c.hash, x.xorb_hash, i) for x in shard.xorbs for i, c in enumerate(x.chunks)),
+                )
+                db.execute("INSERT OR IGNORE INTO shards(name) VALUES (?)", (name,))
 
     def lookup_chunk(self, h: bytes) -> tuple[bytes, int] | None:
         """(xorb hash, chunk index) of a stored chunk, for dedup."""
@@ -503,19 +511,38 @@ class LocalCAS:
 
         Returns the shard's name (Xet hex of its content hash).
         """
-        shard = shardfmt.parse_shard(data)
-        missing = sorted(
-            {t.xorb_hash for f in shard.files for t in f.terms} | {x.xorb_hash for x in shard.xorbs}
-        )
-        missing = [x for x in missing if not self.has_xorb(x)]
-        if missing:
-            raise ShardFormatError("shard", f"references missing xorb {to_hex(missing[0])}")
-        name = to_hex(chunk_hash(data))
-        path = self.shard_path(name)
-        if not os.path.exists(path):
-            atomic_write(path, data, durable=self.durable)
-        self._index_shard(name, shard)
-        return name
+        return self.put_shards([data])[0]
+
+    def put_shards(self, datas: Iterable[bytes]) -> list[str]:
+        """:meth:`put_shard` for many shards: written, then made durable together (one
+        filesystem sync), then indexed in one transaction. Returns their names.
+
+        Raises:
+            ShardFormatError: a shard is malformed or references a missing xorb (the shards
+                before it are stored).
+        """
+        parsed: list[tuple[str, shardfmt.Shard]] = []
+        written: list[str] = []
+        try:
+            for data in datas:
+                shard = shardfmt.parse_shard(data)
+                refs = {t.xorb_hash for f in shard.files for t in f.terms}
+                missing = sorted(x for x in refs | {x.xorb_hash for x in shard.xorbs})
+                missing = [x for x in missing if not self.has_xorb(x)]
+                if missing:
+                    raise ShardFormatError("shard", f"references missing xorb {to_hex(missing[0])}")
+                name = to_hex(chunk_hash(data))
+                path = self.shard_path(name)
+                if not os.path.exists(path):
+                    atomic_write(path, data, durable=False)
+                    written.append(path)
+                parsed.append((name, shard))
+        finally:
+            if self.durable:
+                sync_written(written)
+            if parsed:
+                self._index_shards(parsed)
+        return [name for name, _ in parsed]
 
     def file_info(self, file_hash: bytes) -> shardfmt.FileInfo | None:
         """The reconstruction of a file, if some stored shard describes it."""
