@@ -468,21 +468,36 @@ class HttpAccess:
 class Dataset:
     """A repository opened for reading: where its git objects are and where its data is.
 
-    ``layers`` are the sources of file data in the order they are asked (the own store,
-    then the remotes in search order; for an http(s) repository, the server alone) and
-    ``names`` say what each is, for the error when none has a file.
+    Data comes from ``server`` for an http(s) repository; for a local one from its own store
+    (``store``, when it has one), then from its ``remotes`` in search order.
     """
 
     git_dir: str
     description: str  # the location as the user gave it, without credentials
-    layers: tuple[ChunkSource, ...]
-    names: tuple[str, ...] = ()
+    store: ChunkSource | None = None
+    remotes: Remotes | None = None
+    server: ChunkSource | None = None
 
-    def chunk_source(self) -> ChunkSource:
-        """One source over every layer (read-only, thread-safe)."""
-        if len(self.layers) == 1 and not self.names:
-            return self.layers[0]  # a server's chunk source (http(s) repositories)
-        return LayeredSource(self.layers, self.names)
+    def chunk_source(self, commit: str | None = None) -> ChunkSource:
+        """One source over every place the data may be (read-only, thread-safe); the
+        remotes holding ``commit`` are asked first."""
+        if self.server is not None:
+            return self.server
+        layers: list[ChunkSource] = []
+        names: list[str] = []
+        if self.store is not None:
+            layers.append(self.store)
+            names.append("this repository's store")
+        # data it lacks comes from its remotes: path remotes read in place, servers through
+        # the shared chunk cache (opened on first miss: local data never waits on a network)
+        remotes = self.remotes
+        if remotes is not None:
+            for name in remotes.search_order(commit=commit):
+                layer = _layer_of(remotes, name)
+                if layer is not None:
+                    layers.append(layer)
+                    names.append(remotes.describe(name))
+        return LayeredSource(layers, names)
 
     def resolve(self, rev: str) -> str:
         """Full commit id of a branch, tag or (abbreviated) sha.
@@ -536,10 +551,22 @@ class Dataset:
         return CommitFS(
             self.git_dir,
             commit,
-            source if source is not None else self.chunk_source(),
+            source if source is not None else self.chunk_source(commit),
             subdir=os.fsencode(subdir.strip("/")),
             cache=cache,
         )
+
+
+def _layer_of(remotes: Remotes, name: str) -> ChunkSource | None:
+    """A remote as a layer of a mount's source: a path remote's store read in place, a
+    server opened on first miss; None when it holds nothing readable (yet)."""
+    url = remotes.url(name)
+    root = cas_root(url)
+    if root is not None:
+        return LocalCAS(root) if os.path.isdir(root) else None
+    if remotes.factory is not None and url.startswith(("http://", "https://")):
+        return RemoteLayer(remotes, name)
+    return None
 
 
 def _git_auth_env(token: str | None) -> dict[str, str]:
@@ -621,7 +648,7 @@ def open_dataset(location: str, access: HttpAccess | None = None) -> Dataset:
         source = chunk_source_of(access.remote_factory(location))
         if source is None:
             raise NotFoundError(f"{shown}: the remote offers no readable CAS")
-        return Dataset(git_dir, shown, (source,))
+        return Dataset(git_dir, shown, server=source)
     root = cas_root(location)
     if root is None:
         raise NotFoundError(f"{shown}: only local paths, file:// and http(s) URLs can be opened")
@@ -632,25 +659,13 @@ def open_dataset(location: str, access: HttpAccess | None = None) -> Dataset:
         git_dir = str(process.git_dir(path))
     except GitError:
         raise NotFoundError(f"{shown}: not a git repository") from None
-    layers: list[ChunkSource] = []
-    names: list[str] = []
-    if os.path.isdir(os.path.join(git_dir, "xet")):
-        layers.append(LocalCAS(os.path.join(git_dir, "xet")))
-        names.append("this repository's store")
-    # data it lacks comes from its remotes: path remotes read in place, servers through
-    # the shared chunk cache (opened on first miss: local data never waits on a network)
-    remotes = Remotes(git_dir, access.remote_factory if access is not None else None)
-    for name in remotes.search_order():
-        url = remotes.url(name)
-        rroot = cas_root(url)
-        if rroot is not None:
-            if os.path.isdir(rroot):
-                layers.append(LocalCAS(rroot))
-                names.append(remotes.describe(name))
-        elif remotes.factory is not None and url.startswith(("http://", "https://")):
-            layers.append(RemoteLayer(remotes, name))
-            names.append(remotes.describe(name))
-    return Dataset(git_dir, shown, tuple(layers), tuple(names))
+    own = os.path.join(git_dir, "xet")
+    return Dataset(
+        git_dir,
+        shown,
+        store=LocalCAS(own) if os.path.isdir(own) else None,
+        remotes=Remotes(git_dir, access.remote_factory if access is not None else None),
+    )
 
 
 @dataclass(frozen=True, slots=True)

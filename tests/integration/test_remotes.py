@@ -124,6 +124,29 @@ def test_xet_fetch_and_checkout_in_a_lazy_clone(fork: dict[str, object]) -> None
     assert is_pointer(lazy2 / "a.bin")
 
 
+@pytest.mark.fuse
+def test_mount_of_a_lazy_clone_reads_data_only_upstream_has(fork: dict[str, object]) -> None:
+    from tests.helpers.fuse_env import fuse_unavailable_reason
+
+    reason = fuse_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    tmp = Path(str(fork["tmp"]))
+    lazy = clone_of_origin(fork, "lazy", lazy=True)
+    git("fetch", "-q", "upstream", cwd=lazy)
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    xet("mount", str(lazy), "upstream/main", str(mnt), cwd=tmp)
+    try:
+        assert (mnt / "a.bin").read_bytes() == fork["a"]  # origin's store, read in place
+        assert (mnt / "b.bin").read_bytes() == fork["b"]  # upstream's store
+    finally:
+        xet("unmount", str(mnt), cwd=tmp, check=False)
+    # nothing was copied into the clone: a mount reads data where it lies
+    xorbs = lazy / ".git" / "xet" / "xorbs"
+    assert not xorbs.exists() or not [p for p in xorbs.rglob("*") if p.is_file()]
+
+
 def test_when_no_remote_has_the_data_each_one_is_named(fork: dict[str, object]) -> None:
     tmp = Path(str(fork["tmp"]))
     clone = clone_of_origin(fork, "clone")

@@ -315,6 +315,21 @@ def test_open_dataset_names_what_it_tried(repos: dict[str, Path]) -> None:
     assert [w.split()[0] for w, _ in ei.value.tried] == ["this", "origin"]
 
 
+def test_a_commits_source_asks_the_remotes_holding_it_first(repos: dict[str, Path]) -> None:
+    work = repos["work"]
+    for name in ("origin", "up/stream"):
+        store_file(repos[name] / "xet", name.encode() * 100)
+    (work / "f").write_text("two\n")
+    git(work, "commit", "-qam", "two")
+    git(work, "push", "-q", "up/stream", "main")
+    new = git(work, "rev-parse", "HEAD")
+    ds = open_dataset(str(work))
+    first = [n.split()[0] for n in ds.chunk_source().names or []]  # type: ignore[attr-defined]
+    assert first == ["origin", "up/stream"]  # the default remote first
+    then = [n.split()[0] for n in ds.chunk_source(new).names or []]  # type: ignore[attr-defined]
+    assert then == ["up/stream", "origin"]  # only up/stream has the commit
+
+
 def test_open_dataset_bad_specs(tmp_path: Path, repos: dict[str, Path]) -> None:
     with pytest.raises(NotFoundError, match="no such repository"):
         open_dataset(str(tmp_path / "nope"))
