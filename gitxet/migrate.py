@@ -13,7 +13,9 @@ import``). The history of the chosen refs is streamed through
   blobs at or above the threshold become Xet pointers and smaller ones stay as they are.
 * The top-level ``.gitattributes`` of every rewritten commit gets gitxet's tracking lines
   appended (existing lines are kept; later lines win in gitattributes, so ours take over
-  the selected paths, including those that ``filter=lfs`` lines named).
+  the selected paths, including those that ``filter=lfs`` lines named), and its
+  ``.xetconfig`` holds the threshold the migration used: the rules travel with every
+  commit, so a clone of any of them cleans files as the migration did.
 
 fast-import moves the refs only when the stream ended with ``done``; when anything fails,
 fast-import is killed first, so a failed migration leaves every ref where it was. The old
@@ -46,6 +48,7 @@ from gitxet.errors import (
 )
 from gitxet.formats.pointer import MAX_POINTER_SIZE
 from gitxet.git import process
+from gitxet.git.xetconfig import XETCONFIG, is_never_pointer
 from gitxet.repo import XetRepo
 
 __all__ = [
@@ -442,6 +445,9 @@ class _Rewriter:
         self.not_lfs: set[str] = set()  # unselected blob ids that are no LFS pointer
         self.attributes: dict[str, bytes] = {}
         self.lfs_left: set[str] = set()
+        # every rewritten tree carries the threshold the migration used (.xetconfig), so a
+        # clone of any of its commits cleans files as the migration did
+        self.xetconfig = f"[xet]\n\tthreshold = {_size_text(repo.threshold)}\n".encode()
 
     # -- blobs ---------------------------------------------------------------------------
 
@@ -553,11 +559,14 @@ class _Rewriter:
         in_commit = False
         has_from = False
         attributes_done = False
+        config_done = False
 
         def finish_commit() -> None:
             nonlocal in_commit
             if in_commit and not has_from and not attributes_done:
                 _write_inline(dst, b"100644", b".gitattributes", self.attributes_for(None))
+            if in_commit and not has_from and not config_done:
+                _write_inline(dst, b"100644", XETCONFIG.encode(), self.xetconfig)
             in_commit = False
 
         while True:
@@ -571,7 +580,7 @@ class _Rewriter:
                 dst.write(line)
                 if line != b"\n":
                     in_commit = self._start(line)
-                    has_from = attributes_done = False
+                    has_from = attributes_done = config_done = False
                 continue
             if line.startswith(b"data "):
                 _copy_data(line, src, dst)
@@ -580,24 +589,29 @@ class _Rewriter:
                 dst.write(line)
                 if line.startswith(b"commit "):
                     in_commit = self._start(line)
-                    has_from = attributes_done = False
+                    has_from = attributes_done = config_done = False
                 continue
             if line.startswith(b"from "):
                 has_from = True
                 dst.write(line)
             elif line.startswith(b"M "):
-                attributes_done |= self._filemodify(line, dst)
+                done = self._filemodify(line, dst)
+                attributes_done |= done == ".gitattributes"
+                config_done |= done == XETCONFIG
             elif line.startswith(b"D "):
                 path = _unquote_path(line[2:-1])
                 if path == b".gitattributes":
                     _write_inline(dst, b"100644", line[2:-1], self.attributes_for(None))
                     attributes_done = True
+                elif path == XETCONFIG.encode():
+                    _write_inline(dst, b"100644", line[2:-1], self.xetconfig)
+                    config_done = True
                 else:
                     dst.write(line)
             elif line == b"deleteall\n":
                 dst.write(line)
                 has_from = False  # the tree starts empty again: it needs our attributes
-                attributes_done = False
+                attributes_done = config_done = False
             elif line.startswith((b"R ", b"C ", b"N ")):
                 raise GitError(f"fast-export: unexpected command {line[:200]!r}")
             else:
@@ -610,8 +624,9 @@ class _Rewriter:
             return True
         return False
 
-    def _filemodify(self, line: bytes, dst: IO[bytes]) -> bool:
-        """Handle ``M <mode> <oid> <path>``; True when it was the top ``.gitattributes``."""
+    def _filemodify(self, line: bytes, dst: IO[bytes]) -> str | None:
+        """Handle ``M <mode> <oid> <path>``; the name of the top-level rules file
+        (``.gitattributes``, ``.xetconfig``) it replaced, if it was one."""
         parts = line[:-1].split(b" ", 3)
         if len(parts) != 4:
             raise GitError(f"fast-export: malformed filemodify {line[:200]!r}")
@@ -619,21 +634,32 @@ class _Rewriter:
         path = _unquote_path(token)
         if mode not in (b"100644", b"100755", b"644", b"755"):
             dst.write(line)  # symlinks, submodules: never content we convert
-            return False
+            return None
         oid = ref.decode("ascii", "replace")
         if path == b".gitattributes":
             _write_inline(dst, mode, token, self.attributes_for(oid))
-            return True
-        if path.endswith(b"/.gitattributes") or not self.selector.selects(path):
+            return ".gitattributes"
+        if path == XETCONFIG.encode():
+            _write_inline(dst, mode, token, self.xetconfig)
+            return XETCONFIG
+        if is_never_pointer(os.fsdecode(path)) or not self.selector.selects(path):
             self.note_unselected(oid)
             dst.write(line)
-            return False
+            return None
         new = self.replacement(oid, path)
         if new is None:
             dst.write(line)
         else:
             _write_inline(dst, mode, token, new)
-        return False
+        return None
+
+
+def _size_text(n: int) -> str:
+    """``n`` bytes as the size grammar writes it, exactly: ``256k``, ``1m``, ``1000``."""
+    for shift, unit in ((30, "g"), (20, "m"), (10, "k")):
+        if n and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
 
 
 def _copy_data(line: bytes, src: IO[bytes], dst: IO[bytes]) -> None:

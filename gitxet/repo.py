@@ -46,10 +46,12 @@ from gitxet.errors import (
 )
 from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
 from gitxet.git import process
+from gitxet.git.checkattr import AttrQuery
 from gitxet.git.filter_protocol import NO_META, SmudgeMeta
 from gitxet.git.index import Restat, blob_id, restat_entries
 from gitxet.git.paths import unsafe_path
 from gitxet.git.worktree import WorkTree
+from gitxet.git.xetconfig import THRESHOLD_KEY, Setting, is_never_pointer, read_setting
 from gitxet.hashing import from_hex, to_hex
 from gitxet.settings import (
     parse_bool,
@@ -148,7 +150,8 @@ class XetRepo:
             self.worktree = None  # bare
         self.cwd = str(self.worktree or self.git_dir)
         self.cas = LocalCAS(str(self.git_dir / "xet"))
-        self.threshold = parse_size(self._config("xet.threshold") or str(DEFAULT_THRESHOLD))
+        self._threshold: int | None = None
+        self._attrs: AttrQuery | None = None
         if lazy is None:
             lazy = parse_bool(self._config("xet.lazy") or "", "xet.lazy")
         self.lazy = lazy
@@ -159,6 +162,37 @@ class XetRepo:
         self._paths_by_hash: dict[str, str] = {}
         self._staged: StagedIngest | None = None
         self._materialized: tuple[tuple[int, int, int], dict[str, list[object]]] | None = None
+
+    @property
+    def threshold(self) -> int:
+        """Files at least this big become pointers (``.xetconfig``, see
+        :mod:`gitxet.git.xetconfig`; read on first use: a checkout never needs it)."""
+        if self._threshold is None:
+            found = self.threshold_setting()
+            try:
+                self._threshold = parse_size(found.value) if found else DEFAULT_THRESHOLD
+            except ConfigError as exc:
+                where = found.source if found else "the default"
+                raise ConfigError(f"xet.threshold in {where}: {exc}") from None
+        return self._threshold
+
+    @threshold.setter
+    def threshold(self, value: int) -> None:
+        self._threshold = value
+
+    def threshold_setting(self) -> Setting | None:
+        """The configured threshold and where it comes from (None: the default)."""
+        return read_setting(self.cwd, self.worktree, THRESHOLD_KEY)
+
+    def _always_pointer(self, path: str) -> bool:
+        """Whether git's attributes mark ``path`` ``xet=always`` (``git xet track``)."""
+        if not path or self.worktree is None:
+            return False
+        with self._stats_lock:
+            if self._attrs is None:
+                self._attrs = AttrQuery(self.cwd, ["xet"])
+            attrs = self._attrs
+        return attrs.get(path).get("xet") == "always"
 
     def _config(self, key: str) -> str | None:
         return process.config_get(self.cwd, key)
@@ -201,6 +235,8 @@ class XetRepo:
     def clean_stream(self, src: BinaryIO, path: str = "") -> tuple[bytes, IngestResult | None]:
         """What git stores for content ``src``: the content itself (small files, pointers)
         or a pointer to the ingested data."""
+        if is_never_pointer(path):  # git reads these itself, in every clone
+            return b"".join(iter(lambda: src.read(1 << 20), b"")), None
         known = self._materialized_pointer(path)
         if known is not None:
             # a file we wrote from this pointer and nobody touched since: its content is
@@ -211,7 +247,7 @@ class XetRepo:
         head = read_up_to(src, max(self.threshold, MAX_POINTER_SIZE + 1))
         if len(head) <= MAX_POINTER_SIZE and try_pointer(head) is not None:
             return head, None  # an unmaterialized pointer stays a pointer
-        if len(head) < self.threshold:
+        if len(head) < self.threshold and not self._always_pointer(path):
             return head, None
         staged = self._staged
         if staged is not None:

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from gitxet.cli import hot
+from gitxet.cli import hot, tracking
 from gitxet.cli._progress import byte_progress, interactive
 
 ScopeOpt = Literal["local", "global", "system"]
@@ -22,9 +22,9 @@ ScopeOpt = Literal["local", "global", "system"]
 def register(app: typer.Typer) -> None:
     app.command("install")(install_cmd)
     app.command("uninstall")(uninstall_cmd)
-    app.command("init")(init_cmd)
-    app.command("track")(track_cmd)
-    app.command("untrack")(untrack_cmd)
+    app.command("init")(tracking.init_cmd)
+    app.command("track")(tracking.track_cmd)
+    app.command("untrack")(tracking.untrack_cmd)
     app.command("add")(add_cmd)
     app.command("push")(push_cmd)
     app.command("fsck")(fsck_cmd)
@@ -128,62 +128,6 @@ def uninstall_cmd(
     _say(f"git-xet: removed {len(report.removed)} keys from the {scope} git config")
     if repo is not None:
         hooks.uninstall_hooks(repo)
-
-
-def init_cmd(
-    threshold: Annotated[
-        str, typer.Option(help="Files at least this big become pointers (e.g. 256k, 1m).")
-    ] = "256k",
-) -> None:
-    """Set this repository up: local filter + hooks, and auto-tracking of big files.
-
-    A repository that uses git-lfs is refused (nothing changes): 'git xet migrate' converts
-    it.
-    """
-    from gitxet.git import attributes, config, hooks, process
-    from gitxet.settings import parse_size
-
-    parse_size(threshold)
-    root = str(process.toplevel("."))
-    from gitxet.migrate import lfs_evidence
-
-    lfs = lfs_evidence(root)
-    if lfs is not None:  # before anything changes: LFS files would turn into pointer text
-        _say(
-            f"git-xet: this repository uses git-lfs ({lfs}): convert it with "
-            "'git xet migrate' (docs/migrate.md); nothing was changed"
-        )
-        raise typer.Exit(1)
-    program = _program()
-    config.install("local", root, f"{program} filter-process", force=True)
-    hooks.install_hooks(root, names=("pre-push",), program=program, on_conflict="chain")
-    process.config_set(root, "xet.threshold", threshold)
-    attributes.track(root, ["*"])
-    # staged so the first commit carries it: clones need it to smudge
-    process.run_git(["add", "--", ".gitattributes"], cwd=root)
-    _say(f"git-xet: initialized {root} (files >= {threshold} are stored as Xet pointers)")
-
-
-def track_cmd(
-    patterns: Annotated[list[str], typer.Argument(help="Path patterns (gitattributes syntax).")],
-) -> None:
-    """Route files matching PATTERN through the xet filter (.gitattributes)."""
-    from gitxet.git import attributes, process
-
-    root = str(process.toplevel("."))
-    changed = attributes.track(root, patterns)
-    for p in patterns:
-        _say(f"tracking {p!r}" + ("" if p in changed else " (already tracked)"))
-
-
-def untrack_cmd(patterns: Annotated[list[str], typer.Argument()]) -> None:
-    """Stop routing files matching PATTERN through the xet filter."""
-    from gitxet.git import attributes, process
-
-    root = str(process.toplevel("."))
-    attributes.untrack(root, patterns)
-    for p in patterns:
-        _say(f"untracked {p!r}")
 
 
 # ---- filter plumbing --------------------------------------------------------------------------
@@ -648,7 +592,8 @@ def env_cmd() -> None:
         return
     typer.echo(f"repository: {repo.worktree or repo.git_dir}")
     typer.echo(f"local store: {repo.cas.root}")
-    typer.echo(f"threshold: {repo.threshold:,} bytes")
+    setting = repo.threshold_setting()
+    typer.echo(f"threshold: {repo.threshold:,} bytes ({setting.source if setting else 'default'})")
     typer.echo(f"lazy checkout: {repo.lazy}")
     name = repo.default_remote()
     if name:

@@ -50,7 +50,7 @@ def migrate_cmd(
     from gitxet import migrate
     from gitxet.cli.gitcmds import _open_repo, _program
     from gitxet.errors import LfsObjectMissingError
-    from gitxet.git import config, hooks, process
+    from gitxet.git import config, hooks
     from gitxet.settings import parse_size
 
     size = parse_size(threshold) if threshold is not None else None
@@ -60,9 +60,6 @@ def migrate_cmd(
     program = _program()
     config.install("local", where, f"{program} filter-process", force=True)
     hooks.install_hooks(where, names=("pre-push",), program=program, on_conflict="chain")
-    if threshold is not None:
-        # the filter must agree with the migration, or git status would show changes
-        process.config_set(where, "xet.threshold", threshold)
     options = migrate.MigrateOptions(
         refs=tuple(refs or ()),
         everything=everything,

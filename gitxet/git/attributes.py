@@ -11,10 +11,16 @@ Patterns with blanks or other special characters are written in git's C-style qu
 (``"my file.bin" ...``), which git has understood since 2.14; negative patterns (``!x``) are
 refused because git ignores them in attributes files.
 
+**Always a pointer.** ``git xet track PATTERN`` writes the line with one more attribute,
+``xet=always``: matching files become pointers whatever their size. The clean filter asks git
+for it (``git check-attr``, :mod:`gitxet.git.checkattr`), so git's own pattern matching
+decides. ``untrack`` removes exactly such a line (or gitxet's attributes from it).
+
 **Size-based auto tracking.** :func:`default_auto_track_line` returns
 ``* filter=xet diff=xet merge=xet -text``: every file goes to the filter, and the clean filter
-passes files below its size threshold through unchanged (so small files, including the
-``.gitattributes`` file itself, stay ordinary git blobs). Note that ``-text`` then applies to
+passes files below its size threshold through unchanged (so small files stay ordinary git
+blobs; the files git reads itself, ``.gitattributes`` included, always do, see
+:mod:`gitxet.git.xetconfig`). Note that ``-text`` then applies to
 every path, which turns off line-ending normalisation repository-wide; add later, more
 specific lines (``*.txt text``) where that matters.
 """
@@ -23,15 +29,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from gitxet.errors import ConfigError, GitError
 from gitxet.util.atomic import atomic_write
 
 __all__ = [
+    "ALWAYS",
     "ATTRIBUTES",
     "AUTO_TRACK_LINE",
+    "Rule",
     "default_auto_track_line",
+    "rules",
     "track",
     "tracked_patterns",
     "untrack",
@@ -42,7 +53,10 @@ ATTRIBUTES = "filter=xet diff=xet merge=xet -text"
 #: Suggested line for size-based auto tracking (see the module docstring).
 AUTO_TRACK_LINE = f"* {ATTRIBUTES}"
 
-_OURS = frozenset(ATTRIBUTES.encode().split())
+#: Marks a tracked pattern whose files are pointers whatever their size.
+ALWAYS = "xet=always"
+
+_OURS = frozenset(ATTRIBUTES.encode().split()) | {ALWAYS.encode()}
 _BLANKS = b" \t"
 _ESCAPES = {
     b"\a"[0]: b"\\a",
@@ -183,14 +197,53 @@ def _write(path: Path, lines: list[bytes]) -> None:
         raise GitError(f"cannot write {path}: {exc}") from exc
 
 
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A ``.gitattributes`` line that decides what gitxet stores: ``always`` a pointer,
+    by ``size`` (the threshold), or ``off`` (the filter turned off: plain git)."""
+
+    source: str  # "<file>:<line number>"
+    pattern: str
+    kind: Literal["always", "size", "off"]
+
+
+def rules(root: str | os.PathLike[str], files: Iterable[str] = (".gitattributes",)) -> list[Rule]:
+    """The lines of the given attributes files (relative to ``root``) that concern gitxet,
+    in git's order (later lines win)."""
+    out: list[Rule] = []
+    for rel in files:
+        for number, line in enumerate(_read_lines(Path(root) / rel), start=1):
+            parsed = _parse_line(line)
+            if parsed is None:
+                continue
+            state = _filter_state(parsed[2])
+            always = ALWAYS.encode() in parsed[2]
+            if state is None and not always:
+                continue
+            kind: Literal["always", "size", "off"] = (
+                "off" if state is False else "always" if always else "size"
+            )
+            out.append(Rule(f"{rel}:{number}", os.fsdecode(parsed[0]), kind))
+    return out
+
+
 def tracked_patterns(root: str | os.PathLike[str]) -> list[str]:
     """Patterns in ``root/.gitattributes`` that currently send files to the xet filter."""
     states = _states(_read_lines(_attributes_path(root)))
     return [os.fsdecode(pattern) for pattern, on in states.items() if on]
 
 
-def track(root: str | os.PathLike[str], patterns: Iterable[str]) -> list[str]:
-    """Add a tracking line for each pattern not already tracked; return the ones added.
+def track(
+    root: str | os.PathLike[str],
+    patterns: Iterable[str],
+    *,
+    always: bool = False,
+    dry_run: bool = False,
+) -> list[str]:
+    """Add a tracking line for each pattern not already tracked; return the ones changed.
+
+    With ``always`` the line also carries ``xet=always`` (a pointer whatever its size); a
+    pattern tracked without it gets it added to its line. ``dry_run`` changes nothing.
 
     Raises:
         ConfigError: an empty or negative pattern.
@@ -200,26 +253,48 @@ def track(root: str | os.PathLike[str], patterns: Iterable[str]) -> list[str]:
     lines = _read_lines(path)
     states = _states(lines)
     eol = b"\r\n" if lines and lines[0].endswith(b"\r\n") else b"\n"
-    added: list[str] = []
+    attrs = ATTRIBUTES.encode() + (b" " + ALWAYS.encode() if always else b"")
+    changed: list[str] = []
     new_lines: list[bytes] = []
     for text, pattern in wanted:
         if states.get(pattern):
-            continue
-        states[pattern] = True
-        new_lines.append(_quote(pattern) + b" " + ATTRIBUTES.encode() + eol)
-        added.append(text)
-    if new_lines:
+            at = _last_tracking_line(lines, pattern)
+            if not always or at is None or _always(lines[at]):
+                continue
+            body = lines[at].rstrip(b"\r\n")
+            lines[at] = body + b" " + ALWAYS.encode() + lines[at][len(body) :]
+        else:
+            states[pattern] = True
+            new_lines.append(_quote(pattern) + b" " + attrs + eol)
+        changed.append(text)
+    if changed and not dry_run:
         if lines and not lines[-1].endswith(b"\n"):
             lines[-1] += eol
         _write(path, lines + new_lines)
-    return added
+    return changed
 
 
-def untrack(root: str | os.PathLike[str], patterns: Iterable[str]) -> list[str]:
+def _last_tracking_line(lines: list[bytes], pattern: bytes) -> int | None:
+    for i in range(len(lines) - 1, -1, -1):
+        parsed = _parse_line(lines[i])
+        if parsed is not None and parsed[0] == pattern and _filter_state(parsed[2]):
+            return i
+    return None
+
+
+def _always(line: bytes) -> bool:
+    parsed = _parse_line(line)
+    return parsed is not None and ALWAYS.encode() in parsed[2]
+
+
+def untrack(
+    root: str | os.PathLike[str], patterns: Iterable[str], *, dry_run: bool = False
+) -> list[str]:
     """Stop tracking the given patterns; return those that were tracked.
 
-    A line that only carries gitxet's attributes is removed; on a line that also carries
-    other attributes, only gitxet's are taken out.
+    A line that only carries gitxet's attributes (``xet=always`` included) is removed; on a
+    line that also carries other attributes, only gitxet's are taken out. ``dry_run``
+    changes nothing.
     """
     path = _attributes_path(root)
     wanted = {_encode_pattern(p): p for p in patterns}
@@ -237,6 +312,6 @@ def untrack(root: str | os.PathLike[str], patterns: Iterable[str]) -> list[str]:
         if rest:
             eol = line[len(line.rstrip(b"\r\n")) :]
             kept.append(token + b" " + b" ".join(rest) + eol)
-    if removed:
+    if removed and not dry_run:
         _write(path, kept)
     return [text for pattern, text in wanted.items() if pattern in removed]

@@ -134,6 +134,7 @@ def test_ls_info_find_glob_fetch_no_data(fs: XetFileSystem, dataset: dict[str, A
     names = fs.ls(root, detail=False)
     assert [n[len(prefix) + 1 :] for n in names] == [
         ".gitattributes",
+        ".xetconfig",
         "blob.bin",
         "data.parquet",
         "link.txt",

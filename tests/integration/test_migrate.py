@@ -123,6 +123,7 @@ def test_lfs_history_migrates_byte_identical(tmp_path: Path) -> None:
     for message, files in expected.items():
         stored = tree_files(work, new[message])
         attrs = stored.pop(".gitattributes")
+        assert stored.pop(".xetconfig") == b"[xet]\n\tthreshold = 256k\n"  # the rules
         assert attrs.startswith(b"*.bin filter=lfs")  # the user's lines are kept ...
         assert attrs.endswith(ATTR_LINE)  # ... and ours come last, so they win
         assert set(stored) == set(files), message
@@ -175,12 +176,15 @@ def test_plain_history_migrates_by_threshold(tmp_path: Path) -> None:
 
     run("git-xet", "migrate", "--threshold", "200k", "-X", "*.keep", cwd=work)
     assert git("rev-parse", "main", cwd=work) != before
-    assert git("config", "xet.threshold", cwd=work).strip() == "200k"
+    # the threshold travels with the commits (.xetconfig), not in the local config
+    assert git("config", "--file", ".xetconfig", "xet.threshold", cwd=work).strip() == "200k"
+    assert run("git", "config", "xet.threshold", cwd=work, check=False).returncode == 1
     new = commits_by_message(work, "main")
     block = b"* filter=xet diff=xet merge=xet -text\n*.keep !filter !diff !merge\n"
     for message, files in (("v1", v1), ("v2", v2), ("v3", v2)):
         stored = tree_files(work, new[message])
         attrs = stored.pop(".gitattributes")
+        assert stored.pop(".xetconfig") == b"[xet]\n\tthreshold = 200k\n"
         assert attrs.endswith(block)
         assert attrs.startswith(b"*.txt text\n") == (message != "v3")
         assert stored.keys() == files.keys()

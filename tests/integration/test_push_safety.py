@@ -184,3 +184,69 @@ def test_init_refuses_a_git_lfs_repository_and_changes_nothing(
     assert len(lines) == 1 and "git-lfs" in lines[0] and "git xet migrate" in lines[0], lines
     assert "Traceback" not in r.stderr
     assert _snapshot(repo) == before
+
+
+def test_rules_travel_with_the_repository(tmp_path: Path) -> None:
+    remote = tmp_path / "remote.git"
+    work = tmp_path / "origin"
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    git("init", "-q", str(work), cwd=tmp_path)
+    git("remote", "add", "origin", str(remote), cwd=work)
+    xet("init", "--threshold", "300k", cwd=work)
+    r = xet("track", "*.jpg", "--threshold", "0", "--dry-run", cwd=work)
+    assert "would track '*.jpg'" in r.stderr and "would set xet.threshold = 0" in r.stderr
+    assert "xet=always" not in (work / ".gitattributes").read_text()
+    xet("track", "*.jpg", cwd=work)
+    rnd = random.Random(4)
+    images = {f"img/{i:03d}.jpg": rnd.randbytes(rnd.randrange(2_000, 9_000)) for i in range(40)}
+    others = {"notes.txt": b"small text\n", "mid.bin": rnd.randbytes(100_000)}
+    for name, data in {**images, **others}.items():
+        (work / name).parent.mkdir(exist_ok=True)
+        (work / name).write_bytes(data)
+    git("add", ".", cwd=work)
+    git("commit", "-q", "-m", "images", cwd=work)
+    stored = {n: git("cat-file", "-p", f"HEAD:{n}", cwd=work).encode() for n in images}
+    assert all(b.startswith(POINTER_PREFIX) for b in stored.values())  # always, tiny or not
+    blob = subprocess.run(
+        ["git", "cat-file", "-p", "HEAD:mid.bin"], cwd=work, capture_output=True, check=True
+    ).stdout
+    assert blob == others["mid.bin"]  # by size: under 300k, a plain blob
+
+    listing = xet("track", cwd=work).stdout
+    assert "*.jpg  always a pointer" in listing and ".gitattributes:2" in listing
+    assert "*      a pointer by size" in listing
+    assert "threshold: 300.0 KiB (.xetconfig)" in listing
+    r = xet("untrack", "data/*.bin", cwd=work, check=False)
+    assert r.returncode == 1 and "not a rule of .gitattributes: nothing changed" in r.stderr
+
+    # threshold 0 from now on: every file is a pointer, except the files git reads
+    xet("track", "--threshold", "0", cwd=work)
+    (work / ".gitignore").write_text("*.tmp\n")
+    (work / "more.txt").write_text("tiny\n")
+    git("add", "--renormalize", ".", cwd=work)  # committed files follow the new rules too
+    git("add", ".", cwd=work)
+    git("commit", "-q", "-m", "threshold 0", cwd=work)
+    for name in (".gitattributes", ".xetconfig", ".gitignore"):
+        assert not git("cat-file", "-p", f"HEAD:{name}", cwd=work).startswith("version ")
+    for name in ("more.txt", "notes.txt", "mid.bin"):
+        assert git("cat-file", "-p", f"HEAD:{name}", cwd=work).encode().startswith(POINTER_PREFIX)
+    git("push", "-q", "origin", "main", cwd=work)
+
+    xet("install", cwd=tmp_path)
+    for how in ("git", "git-xet"):
+        clone = tmp_path / f"clone-{how}"
+        run(how, "clone", *(["-q"] if how == "git" else []), str(remote), str(clone), cwd=tmp_path)
+        assert (clone / "img/007.jpg").read_bytes() == images["img/007.jpg"]
+        assert git("status", "--porcelain", cwd=clone).strip() == ""
+        # every file cleaned again, as git does for any racily-clean entry: same blobs
+        git("add", "--renormalize", ".", cwd=clone)
+        assert git("status", "--porcelain", cwd=clone).strip() == "", how
+        assert "threshold: 0 B (.xetconfig)" in xet("track", cwd=clone).stdout
+
+    # untrack undoes exactly what track did
+    r = xet("untrack", "*.jpg", "--dry-run", cwd=work)
+    assert "would untrack '*.jpg'" in r.stderr
+    assert "xet=always" in (work / ".gitattributes").read_text()
+    xet("untrack", "*.jpg", cwd=work)
+    assert (work / ".gitattributes").read_text() == "* filter=xet diff=xet merge=xet -text\n"
+    assert git("diff", "--cached", "--name-only", cwd=work).strip() == ".gitattributes"

@@ -229,7 +229,13 @@ def test_publish_read_republish_unpublish(plugin: Plugin, dataset: dict[str, Any
     try:
         assert mountinfo_has(str(target))
         v2: dict[str, bytes] = dataset["v2"]
-        assert sorted(os.listdir(target)) == [".gitattributes", "README.md", "images", "labels"]
+        assert sorted(os.listdir(target)) == [
+            ".gitattributes",
+            ".xetconfig",
+            "README.md",
+            "images",
+            "labels",
+        ]
         for path, data in v2.items():
             assert sha((target / path).read_bytes()) == sha(data), path
         with pytest.raises(OSError) as ei:

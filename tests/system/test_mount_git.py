@@ -106,7 +106,7 @@ def test_mount_branch_and_old_commit(tmp_path: Path, dataset: dict[str, object])
         v2: dict[str, bytes] = dataset["v2"]  # type: ignore[assignment]
         names = sorted(os.listdir(mnt))
         assert names == sorted(
-            [".gitattributes", "big", "link.bin", "nested", "run.sh", "small.txt"]
+            [".gitattributes", ".xetconfig", "big", "link.bin", "nested", "run.sh", "small.txt"]
         )
         for p, d in v2.items():
             st = os.stat(mnt / p)

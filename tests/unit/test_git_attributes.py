@@ -128,3 +128,26 @@ def test_malformed_quoted_pattern_is_read_like_git(git_repo: Path) -> None:
     # An unterminated quote is not a quoted pattern; git takes the token literally.
     (git_repo / ".gitattributes").write_text('"a.bin filter=xet\n')
     assert tracked_patterns(git_repo) == ['"a.bin']
+
+
+def test_track_always_marks_upgrades_and_untrack_undoes_exactly(git_repo: Path) -> None:
+    from gitxet.git.attributes import ALWAYS, rules
+
+    assert track(git_repo, ["*"]) == ["*"]
+    assert track(git_repo, ["*.jpg"], always=True, dry_run=True) == ["*.jpg"]
+    assert (git_repo / ".gitattributes").read_text() == AUTO_TRACK_LINE + "\n"
+    assert track(git_repo, ["*.jpg", "*"], always=True) == ["*.jpg", "*"]
+    text = (git_repo / ".gitattributes").read_text()
+    assert text == f"{AUTO_TRACK_LINE} {ALWAYS}\n*.jpg {ATTRIBUTES} {ALWAYS}\n"
+    assert track(git_repo, ["*.jpg"], always=True) == []
+    assert check_attr(git_repo, "a/b.jpg", "xet") == "always"
+    assert [(r.source, r.pattern, r.kind) for r in rules(git_repo)] == [
+        (".gitattributes:1", "*", "always"),
+        (".gitattributes:2", "*.jpg", "always"),
+    ]
+    assert untrack(git_repo, ["*.jpg"], dry_run=True) == ["*.jpg"]
+    assert (git_repo / ".gitattributes").read_text() == text
+    assert untrack(git_repo, ["*.jpg"]) == ["*.jpg"]
+    assert check_attr(git_repo, "a/b.jpg", "xet") == "always"  # still the "*" line's
+    (git_repo / ".gitattributes").write_text(f"*.bin {ATTRIBUTES}\n*.tmp -filter\n")
+    assert [(r.pattern, r.kind) for r in rules(git_repo)] == [("*.bin", "size"), ("*.tmp", "off")]

@@ -1,0 +1,62 @@
+"""The repository's own rules: .xetconfig precedence, files never stored as pointers."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from gitxet.git.checkattr import AttrQuery
+from gitxet.git.xetconfig import (
+    THRESHOLD_KEY,
+    Setting,
+    is_never_pointer,
+    read_setting,
+    write_setting,
+)
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def test_threshold_comes_from_worktree_then_index_then_head_then_git_config(
+    git_repo: Path,
+) -> None:
+    assert read_setting(git_repo, git_repo, THRESHOLD_KEY) is None
+    git(git_repo, "config", THRESHOLD_KEY, "1m")
+    assert read_setting(git_repo, git_repo, THRESHOLD_KEY) == Setting("1m", "git config")
+    path = write_setting(git_repo, THRESHOLD_KEY, "0")
+    assert path.read_text() == "[xet]\n\tthreshold = 0\n"
+    assert read_setting(git_repo, git_repo, THRESHOLD_KEY) == Setting("0", ".xetconfig")
+    git(git_repo, "add", ".xetconfig")
+    git(git_repo, "commit", "-qm", "rules")
+    path.unlink()  # a sparse checkout, say: the index's copy counts
+    assert read_setting(git_repo, git_repo, THRESHOLD_KEY) == Setting("0", ".xetconfig (index)")
+    git(git_repo, "rm", "-q", "--cached", ".xetconfig")
+    assert read_setting(git_repo, git_repo, THRESHOLD_KEY) == Setting("0", ".xetconfig (HEAD)")
+    # a .xetconfig that leaves the key unset: git config applies
+    (git_repo / ".xetconfig").write_text("[xet]\n\tother = 1\n")
+    assert read_setting(git_repo, git_repo, THRESHOLD_KEY) == Setting("1m", "git config")
+    # includes are never followed: a cloned repository configures nothing else
+    (git_repo / "evil").write_text("[xet]\n\tthreshold = 5\n")
+    (git_repo / ".xetconfig").write_text("[include]\n\tpath = evil\n")
+    assert read_setting(git_repo, git_repo, THRESHOLD_KEY) == Setting("1m", "git config")
+
+
+def test_files_git_reads_are_never_pointers() -> None:
+    for path in (".gitattributes", "a/b/.gitattributes", ".gitignore", "d/.gitignore",
+                 ".gitmodules", ".lfsconfig", ".xetconfig", ".mailmap"):  # fmt: skip
+        assert is_never_pointer(path), path
+    assert not is_never_pointer("x.gitattributes")
+    assert not is_never_pointer(".gitattributes/x")
+
+
+def test_attr_query_answers_like_git(git_repo: Path) -> None:
+    (git_repo / ".gitattributes").write_text("* filter=xet\n*.jpg xet=always\nraw/** -xet\n")
+    q = AttrQuery(git_repo, ["xet", "filter"])
+    try:
+        assert q.get("a/b.jpg") == {"xet": "always", "filter": "xet"}
+        assert q.get("raw/c.jpg") == {"xet": "unset", "filter": "xet"}
+        assert q.get("weird name \u00e9.txt") == {"xet": "unspecified", "filter": "xet"}
+    finally:
+        q.close()
