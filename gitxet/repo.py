@@ -16,7 +16,6 @@ import json
 import os
 import stat
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +57,7 @@ from gitxet.settings import (
     parse_size,
 )
 from gitxet.store.cas import LocalCAS
-from gitxet.util.atomic import atomic_writer
+from gitxet.util.atomic import atomic_writer, remove_stale_temps
 from gitxet.util.streams import Chained, read_up_to
 
 if TYPE_CHECKING:
@@ -590,11 +589,7 @@ class XetRepo:
                 return None
         except OSError:
             return None
-        cutoff = time.time() - 600  # a live writer keeps its temp file fresh
-        for leftover in tmp.glob(".tmp-*.incomplete"):
-            with contextlib.suppress(OSError):
-                if leftover.stat().st_mtime < cutoff:
-                    leftover.unlink()
+        remove_stale_temps(tmp, older_than=600)  # a live writer keeps its temp file fresh
         return str(tmp)
 
     def _restat(self, files: dict[str, tuple[Pointer, os.stat_result]]) -> None:

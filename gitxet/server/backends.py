@@ -17,13 +17,19 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from gitxet.errors import BackendError, ConfigError, NotFoundError
-from gitxet.util.atomic import atomic_create, atomic_write
+from gitxet.util.atomic import (
+    STALE_TEMP_SECONDS,
+    atomic_create,
+    atomic_write,
+    remove_stale_temps,
+)
 
 __all__ = ["Backend", "LocalBackend", "S3Backend", "open_backend"]
 
@@ -93,6 +99,17 @@ class Backend(ABC):
         """A filesystem path for ``key`` when the backend has one (fast ranged reads)."""
         return None
 
+    def version(self, prefix: str) -> tuple[float, Hashable] | None:
+        """``(when it last changed, token)`` for the keys directly under ``prefix`` (a
+        "directory" ending in ``/``): the token changes whenever a key is added there. None
+        when the backend cannot tell cheaply (then callers list)."""
+        return None
+
+    def remove_stale_temps(self, older_than: float = STALE_TEMP_SECONDS) -> int:
+        """Remove what killed writers left (older than any live writer could be); returns
+        how many. Run at server start."""
+        return 0
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 
@@ -104,8 +121,11 @@ class LocalBackend(Backend):
         self.root = os.path.abspath(root)
         self.durable = durable
         self.description = f"local directory {self.root}"
+        # temp files of writes go here (keys never start with "."), so a sweep lists one
+        # small directory instead of every xorb
+        self.tmp = os.path.join(self.root, ".tmp")
         try:
-            os.makedirs(self.root, exist_ok=True)
+            os.makedirs(self.tmp, exist_ok=True)
         except OSError as e:
             raise BackendError(self.root, f"cannot create: {e.strerror}") from None
 
@@ -154,8 +174,8 @@ class LocalBackend(Backend):
         path = self._path(key)
         try:
             if if_absent:  # exactly one of concurrent writers wins
-                return atomic_create(path, data, durable=self.durable)
-            atomic_write(path, data, durable=self.durable)
+                return atomic_create(path, data, durable=self.durable, tmp_dir=self.tmp)
+            atomic_write(path, data, durable=self.durable, tmp_dir=self.tmp)
             return True
         except OSError as e:
             raise BackendError(key, e.strerror or str(e)) from None
@@ -182,6 +202,31 @@ class LocalBackend(Backend):
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._path(key))
+
+    def version(self, prefix: str) -> tuple[float, Hashable] | None:
+        # A directory's mtime changes when an entry is created in it.
+        head = prefix.rstrip("/")
+        try:
+            st = os.stat(os.path.join(self.root, *head.split("/")) if head else self.root)
+        except FileNotFoundError:
+            return 0.0, "missing"
+        except OSError:
+            return None
+        return st.st_mtime, (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+
+    def remove_stale_temps(self, older_than: float = STALE_TEMP_SECONDS) -> int:
+        n = remove_stale_temps(self.tmp, older_than=older_than)
+        marker = os.path.join(self.tmp, "swept-v1")
+        if os.path.exists(marker):
+            return n
+        # once: older versions wrote temp files beside the objects
+        for dirpath, dirnames, _ in os.walk(self.root):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            if dirpath != self.root:
+                n += remove_stale_temps(dirpath, older_than=older_than, any_suffix=True)
+        with contextlib.suppress(OSError):
+            atomic_write(marker, b"", durable=False)
+        return n
 
 
 class S3Backend(Backend):
@@ -312,6 +357,27 @@ class S3Backend(Backend):
             self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
         except Exception as e:
             raise self._fail(key, e) from None
+
+    def remove_stale_temps(self, older_than: float = STALE_TEMP_SECONDS) -> int:
+        # Objects are written with single PUTs (nothing partial is ever visible); what can
+        # be left is a multipart upload some tool started under the prefix and never ended.
+        # Those cost storage until aborted.
+        cutoff = time.time() - older_than
+        n = 0
+        try:
+            pages = self.client.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.bucket, Prefix=self.prefix
+            )
+            for page in pages:
+                for up in page.get("Uploads", ()):
+                    if up["Initiated"].timestamp() < cutoff:
+                        self.client.abort_multipart_upload(
+                            Bucket=self.bucket, Key=up["Key"], UploadId=up["UploadId"]
+                        )
+                        n += 1
+        except Exception as e:
+            raise self._fail(self.prefix or "/", e) from None
+        return n
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import mmap
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 
 from gitxet.errors import FormatError, IntegrityError, XorbNotFoundError
 from gitxet.formats import shard as shardfmt
@@ -42,6 +42,13 @@ LOG_PREFIX = "shard-log/"
 #: Markers up to this much older than the newest one seen are listed again, so a replica
 #: whose clock lags cannot hide a shard from the others.
 SKEW_NS = 300 * 10**9
+#: Lookups of unknown files list the shard log at most this often (a read token looping on
+#: random ids costs one listing per interval, not one per request).
+MISS_INTERVAL = 0.25
+#: A marker directory's version is trusted once it has not changed for this long (clock
+#: granularity and skew of shared filesystems); and the log is listed at least this often.
+SETTLED = 5.0
+RELIST_EVERY = 60.0
 _FOOTER_PROBE = 16 * 1024
 
 
@@ -69,10 +76,19 @@ class CasIndex:
     """File, dedup and layout lookups over a :class:`Backend`. Thread-safe."""
 
     def __init__(
-        self, backend: Backend, *, refresh_interval: float = 1.0, cache_shards: int = 256
+        self,
+        backend: Backend,
+        *,
+        refresh_interval: float = 1.0,
+        miss_interval: float = MISS_INTERVAL,
+        cache_shards: int = 256,
     ) -> None:
         self.backend = backend
         self.refresh_interval = refresh_interval
+        self.miss_interval = miss_interval
+        self._last_list = float("-inf")  # when the last listing began (monotonic)
+        self._seen: Hashable | None = None  # the marker directory's version at that listing
+        self._seen_settled = False  # ... taken long enough after its last change to trust
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self._files: dict[bytes, str] = {}
@@ -148,6 +164,16 @@ class CasIndex:
         ``refresh_interval`` seconds ago, so a burst of misses costs one listing. With
         ``since`` (a ``time.monotonic()`` value) it makes sure a refresh began after then.
         """
+        if since is not None:
+            # Misses list at most once per miss_interval. The wait happens outside the
+            # lock, so everyone who misses meanwhile waits alongside and is served by the
+            # one listing that follows.
+            with self._refresh_lock:
+                if self._last_refresh >= since or self._skip_unchanged(force):
+                    return 0
+                wait = self._last_list + self.miss_interval - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
         with self._refresh_lock:
             now = time.monotonic()
             if since is not None:
@@ -155,7 +181,13 @@ class CasIndex:
                     return 0
             elif not force and now - self._last_refresh < self.refresh_interval:
                 return 0
-            self._last_refresh = now
+            probe = self.backend.version(LOG_PREFIX) if self._log_mark is not None else None
+            if not force and self._unchanged(probe, now):
+                self._last_refresh = now
+                return 0
+            self._last_refresh = self._last_list = now
+            self._seen = None if probe is None else probe[1]
+            self._seen_settled = probe is not None and time.time() - probe[0] >= SETTLED
             if self._log_mark is None:
                 names = [
                     k[len(SHARD_PREFIX) :].removesuffix(".shard")
@@ -180,6 +212,33 @@ class CasIndex:
                 except (ObjectMissingError, IntegrityError):
                     continue  # deleted under us, or damaged: skip rather than fail startup
             return new
+
+    def _skip_unchanged(self, force: bool) -> bool:
+        """Under the lock: when the marker directory is provably unchanged, note a refresh
+        now and say so (nothing to list, nothing to wait for)."""
+        if force or self._log_mark is None:
+            return False
+        now = time.monotonic()
+        if self._unchanged(self.backend.version(LOG_PREFIX), now):
+            self._last_refresh = now
+            return True
+        return False
+
+    def _unchanged(self, probe: tuple[float, Hashable] | None, now: float) -> bool:
+        """Whether the marker directory provably gained nothing since the last listing.
+
+        Its version was taken before that listing; a marker created since changes it,
+        unless it landed within the filesystem's timestamp granularity of the change
+        before, which cannot happen once the directory had been quiet for ``SETTLED``
+        seconds when the version was taken. A full listing still runs every
+        ``RELIST_EVERY`` seconds.
+        """
+        return (
+            probe is not None
+            and self._seen_settled
+            and probe[1] == self._seen
+            and now - self._last_list < RELIST_EVERY
+        )
 
     def rebuild(self) -> int:
         """Forget everything and index every shard in the backend."""

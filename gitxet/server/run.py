@@ -71,6 +71,9 @@ def build_state(cfg: ServerConfig, backend: Backend | None = None) -> AppState:
     """Open storage, index it, load the signing key and the token file."""
     os.makedirs(cfg.root, exist_ok=True)
     backend = backend or open_backend(cfg.storage, cfg.root)
+    swept = backend.remove_stale_temps()
+    if swept:
+        log.info("removed %d temp file(s) left by killed writers", swept)
     index = CasIndex(backend)
     index.refresh(force=True)
     return AppState(

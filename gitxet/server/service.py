@@ -7,7 +7,9 @@ threads and maps its typed errors to status codes. Rules enforced:
   stored with a footer (chunk hashes and offsets) so reads never decode it again;
 * a shard is registered only if every xorb it names is stored, its CAS blocks agree with
   those xorbs, every term lies inside its xorb with the right length, every verification
-  hash is right, and each file's chunks hash to the file hash. Nothing is stored otherwise.
+  hash is right, and each file's chunks hash to the file hash. Nothing is stored otherwise;
+* a file's SHA-256 metadata in a shard is not checked (that would mean reading all of the
+  file's data at upload): it is ignored, and never served (``file_shard`` leaves it out).
 """
 
 from __future__ import annotations
@@ -323,4 +325,7 @@ class CasService:
                     [b - a for a, b in itertools.pairwise(offs)],
                     lay.body_size,
                 )
-        return shardfmt.serialize_stored_shard(shardfmt.Shard([info], list(xorbs.values())))
+        # Without the SHA-256 metadata: it is the first uploader's unchecked claim (the
+        # server verifies files by their Xet hash only), so it is never handed out.
+        bare = shardfmt.FileInfo(info.file_hash, info.terms, info.verification)
+        return shardfmt.serialize_stored_shard(shardfmt.Shard([bare], list(xorbs.values())))

@@ -8,13 +8,19 @@ remote ``<remote>/xet``)::
     index.sqlite                  file -> shard and chunk -> (xorb, index); rebuildable
     tmp/, locks/
 
-Every write is atomic (temp + fsync + rename), so a killed writer leaves nothing half
-written; shards are only accepted once every xorb they reference is present, so a store
-never references a missing xorb. Reads verify: a xorb's footer must Merkle-hash to the
-xorb's name, and every chunk read must hash to the footer's entry. A chunk stored
-uncompressed is hashed the first time it is read through an open descriptor; later reads of
-parts of it through that descriptor are plain ``pread`` calls (xorb files are immutable and
-never rewritten in place; a reopened descriptor starts unverified again).
+Every write is atomic (temp file in ``tmp/`` + fsync + rename), so a killed writer leaves
+nothing half written, only a temp file that the next open of the store removes once no
+writer could still be using it (an hour untouched); shards are only accepted once every
+xorb they reference is present, so a store never references a missing xorb. Reads
+verify: a xorb's footer must Merkle-hash to the xorb's name, and every chunk read must hash
+to the footer's entry. A chunk stored uncompressed is hashed the first time it is read
+through an open descriptor; later reads of parts of it through that descriptor are plain
+``pread`` calls (xorb files are immutable and never rewritten in place; a reopened
+descriptor starts unverified again).
+
+Shards may carry a file's SHA-256 (the metadata extension). It is the uploader's claim and
+nothing checks it, so gitxet never reads it: a file is identified and verified by its Xet
+hash alone (the pointer's ``oid sha256`` is what git-lfs tooling sees).
 
 Open xorb descriptors live in a bounded :class:`~gitxet.util.lru.LeaseCache`: every read
 holds a lease on the descriptor it reads through, and a descriptor is closed only once it
@@ -44,7 +50,7 @@ from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, merkle_root, to_hex
 from gitxet.store.locking import file_lock
-from gitxet.util.atomic import atomic_write, atomic_writer, sync_written
+from gitxet.util.atomic import atomic_write, atomic_writer, remove_stale_temps, sync_written
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
 
 #: open xorb descriptors kept per store (plus those that concurrent reads still hold)
@@ -147,11 +153,29 @@ class LocalCAS:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._files: LeaseCache[bytes, _XorbFile] = LeaseCache(MAX_OPEN_XORBS, _XorbFile.close)
+        self.tmp = os.path.join(self.root, "tmp")
         try:
             for d in ("xorbs", "shards", "tmp", "locks"):
                 os.makedirs(os.path.join(self.root, d), exist_ok=True)
         except OSError as e:
             raise StoreError(f"cannot create store at {self.root}: {e.strerror}") from None
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Remove what killed writers left: temp files in ``tmp/`` no writer has touched for
+        an hour. Once per store, also those older versions left beside xorbs and shards."""
+        remove_stale_temps(self.tmp)
+        marker = os.path.join(self.tmp, "swept-v1")
+        if os.path.exists(marker):
+            return
+        dirs = [os.path.join(self.root, "shards")]
+        with contextlib.suppress(OSError):
+            base = os.path.join(self.root, "xorbs")
+            dirs += [os.path.join(base, d) for d in os.listdir(base) if len(d) == 2]
+        for d in dirs:
+            remove_stale_temps(d, any_suffix=True)
+        with contextlib.suppress(OSError):
+            atomic_write(marker, b"", durable=False)
 
     # ---- paths -------------------------------------------------------------------------
 
@@ -271,7 +295,7 @@ class LocalCAS:
         if os.path.exists(path):
             return False
         footer = sx.footer()
-        with atomic_writer(path, durable=self.durable) as f:
+        with atomic_writer(path, durable=self.durable, tmp_dir=self.tmp) as f:
             f.write(sx.body)
             f.write(footer)
         return True
@@ -294,7 +318,7 @@ class LocalCAS:
             ends.append(total)
         footer = xorbfmt.build_footer(xorb_hash, parsed.chunk_hashes, parsed.byte_offsets[1:], ends)
         keep = self.durable if durable is None else durable
-        with atomic_writer(self.xorb_path(xorb_hash), durable=keep) as f:
+        with atomic_writer(self.xorb_path(xorb_hash), durable=keep, tmp_dir=self.tmp) as f:
             f.write(body)
             f.write(footer)
         return True
@@ -534,7 +558,7 @@ class LocalCAS:
                 name = to_hex(chunk_hash(data))
                 path = self.shard_path(name)
                 if not os.path.exists(path):
-                    atomic_write(path, data, durable=False)
+                    atomic_write(path, data, durable=False, tmp_dir=self.tmp)
                     written.append(path)
                 parsed.append((name, shard))
         finally:

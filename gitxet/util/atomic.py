@@ -12,10 +12,27 @@ import contextlib
 import os
 import secrets
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import BinaryIO
 
-__all__ = ["atomic_create", "atomic_write", "atomic_writer", "atomic_writer_at", "fsync_dir"]
+__all__ = [
+    "STALE_TEMP_SECONDS",
+    "TEMP_PREFIX",
+    "atomic_create",
+    "atomic_write",
+    "atomic_writer",
+    "atomic_writer_at",
+    "fsync_dir",
+    "remove_stale_temps",
+]
+
+#: Every temp file this module makes is named ``.tmp-<random>.incomplete``.
+TEMP_PREFIX = ".tmp-"
+TEMP_SUFFIX = ".incomplete"
+#: A temp file untouched for this long has no live writer: writers append as data arrives
+#: and rename within moments of the last write. Only such files are swept.
+STALE_TEMP_SECONDS = 3600.0
 
 StrPath = str | os.PathLike[str]
 
@@ -56,7 +73,7 @@ def atomic_writer(
         with contextlib.suppress(FileNotFoundError):
             mode = os.stat(path).st_mode & 0o7777
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".incomplete", dir=tmp_dir or directory)
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=tmp_dir or directory)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -97,7 +114,7 @@ def atomic_writer_at(
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         while True:
-            tmp = f".tmp-{secrets.token_hex(8)}.incomplete"
+            tmp = f"{TEMP_PREFIX}{secrets.token_hex(8)}{TEMP_SUFFIX}"
             try:
                 fd = os.open(tmp, flags, 0o600, dir_fd=src_fd)
                 break
@@ -124,23 +141,71 @@ def atomic_writer_at(
 
 
 def atomic_write(
-    path: StrPath, data: bytes, *, mode: int = 0o644, keep_mode: bool = False, durable: bool = True
+    path: StrPath,
+    data: bytes,
+    *,
+    mode: int = 0o644,
+    keep_mode: bool = False,
+    durable: bool = True,
+    tmp_dir: StrPath | None = None,
 ) -> None:
     """Write ``data`` to ``path`` atomically (see :func:`atomic_writer`)."""
-    with atomic_writer(path, mode=mode, keep_mode=keep_mode, durable=durable) as f:
+    with atomic_writer(path, mode=mode, keep_mode=keep_mode, durable=durable, tmp_dir=tmp_dir) as f:
         f.write(data)
 
 
-def atomic_create(path: StrPath, data: bytes, *, mode: int = 0o644, durable: bool = True) -> bool:
+def remove_stale_temps(
+    directory: StrPath,
+    *,
+    older_than: float = STALE_TEMP_SECONDS,
+    any_suffix: bool = False,
+    now: float | None = None,
+) -> int:
+    """Delete this module's temp files in ``directory`` (not below it) that no writer has
+    touched for ``older_than`` seconds: what killed writers left. Returns how many.
+
+    ``any_suffix`` also takes ``.tmp-*`` names without the ``.incomplete`` suffix (what
+    older gitxet versions left in store directories, where nothing else starts so). A
+    missing directory holds none; files that vanish or resist meanwhile are skipped.
+    """
+    cutoff = (time.time() if now is None else now) - older_than
+    removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for e in entries:
+        if not e.name.startswith(TEMP_PREFIX):
+            continue
+        if not (any_suffix or e.name.endswith(TEMP_SUFFIX)):
+            continue
+        try:
+            if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_mtime < cutoff:
+                os.unlink(e.path)
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def atomic_create(
+    path: StrPath,
+    data: bytes,
+    *,
+    mode: int = 0o644,
+    durable: bool = True,
+    tmp_dir: StrPath | None = None,
+) -> bool:
     """Create ``path`` holding ``data`` unless it exists; returns whether this call created it.
 
-    The data goes to a temp file that is then hard-linked into place: ``link`` fails when
-    the name exists, so of concurrent writers exactly one wins and nobody sees a partial file.
+    The data goes to a temp file (in ``tmp_dir`` when given, same filesystem) that is then
+    hard-linked into place: ``link`` fails when the name exists, so of concurrent writers
+    exactly one wins and nobody sees a partial file.
     """
     path = os.fspath(path)
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".incomplete", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=tmp_dir or directory)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -76,3 +76,39 @@ def test_open_backend(tmp_path: Path) -> None:
         open_backend("s3:///x", "/r")
     with pytest.raises(ConfigError, match="unknown"):
         open_backend("s3://b?secret=1", "/r")
+
+
+def test_temp_files_go_to_one_directory_and_stale_ones_are_swept(tmp_path: Path) -> None:
+    import os
+
+    root = tmp_path / "s"
+    b = LocalBackend(str(root), durable=False)
+    b.put("xorbs/default/aa", b"1")
+    b.put("shards/x.shard", b"2", if_absent=True)
+    leftovers = [
+        root / ".tmp" / ".tmp-killed.incomplete",  # what a killed writer leaves now
+        root / "xorbs" / "default" / ".tmp-old.incomplete",  # ... and left before
+        root / "shards" / ".tmp-older",
+    ]
+    for p in leftovers:
+        p.write_bytes(b"half")
+        os.utime(p, (1, 1))
+    live = root / ".tmp" / ".tmp-live.incomplete"
+    live.write_bytes(b"being written")
+    assert b.remove_stale_temps() == 3
+    assert not any(p.exists() for p in leftovers) and live.exists()
+    assert list(b.list("xorbs/")) == ["xorbs/default/aa"] and b.get("shards/x.shard") == b"2"
+    (root / "xorbs" / "default" / ".tmp-again").write_bytes(b"")
+    os.utime(root / "xorbs" / "default" / ".tmp-again", (1, 1))
+    assert b.remove_stale_temps() == 0  # the sweep beside objects runs once per root
+
+
+def test_version_changes_when_a_key_is_added(tmp_path: Path) -> None:
+    b = LocalBackend(str(tmp_path / "s"), durable=False)
+    v0 = b.version("shard-log/")
+    assert v0 is not None and v0[1] == "missing"
+    b.put("shard-log/0001-a", b"")
+    v1 = b.version("shard-log/")
+    b.put("shard-log/0002-b", b"")
+    v2 = b.version("shard-log/")
+    assert v1 is not None and v2 is not None and len({v0[1], v1[1], v2[1]}) == 3

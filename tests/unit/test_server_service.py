@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+import time
+from collections.abc import Hashable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -254,6 +257,65 @@ def test_missing_files_asks_the_backend_once(backend: LocalBackend, up: Upload) 
     a.put_xorb(up.xorb.hash, up.xorb.body)
     a.put_shard(up.shard)  # through "another replica": b learns it from one refresh
     assert b.missing_files([up.file_hash, *unknown]) == unknown
+
+
+class CountingBackend(LocalBackend):
+    """A local backend that counts listings (and can hide its directory versions)."""
+
+    def __init__(self, root: str, *, probe: bool) -> None:
+        super().__init__(root, durable=False)
+        self.lists = 0
+        self.probe = probe
+
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
+        self.lists += 1
+        return super().list(prefix, start_after)
+
+    def version(self, prefix: str) -> tuple[float, Hashable] | None:
+        return super().version(prefix) if self.probe else None
+
+
+@pytest.mark.parametrize("probe", [True, False])
+def test_unknown_file_lookups_do_not_list_per_request(
+    tmp_path: Path, up: Upload, probe: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gitxet.server.index as index_mod
+
+    monkeypatch.setattr(index_mod, "SETTLED", 0.0)  # the test's directory is seconds old
+    backend = CountingBackend(str(tmp_path / "cas"), probe=probe)
+    svc = CasService(backend, CasIndex(backend, miss_interval=0.2))
+    svc.index.refresh(force=True)
+    before = backend.lists
+
+    def lookups(start: int) -> None:
+        for i in range(start, start + 20):
+            with pytest.raises(FileNotFoundInCASError):
+                svc.file_info((i + 1).to_bytes(2, "little") * 16)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:  # 320 lookups of unknown files, 16 at a time
+        list(pool.map(lookups, range(0, 320, 20)))
+    took = time.monotonic() - t0
+    listings = backend.lists - before
+    if probe:  # an unchanged marker directory is one stat, not a listing
+        assert listings <= 1, listings
+    else:  # at most one listing per miss interval, however many requests
+        assert listings <= took / 0.2 + 2, (listings, took)
+    # and a file another process registers is still found at the next miss
+    other = CasService(LocalBackend(str(tmp_path / "cas"), durable=False))
+    other.put_xorb(up.xorb.hash, up.xorb.body)
+    other.put_shard(up.shard)
+    assert svc.file_info(up.file_hash).file_hash == up.file_hash
+
+
+def test_sha256_metadata_is_ignored_and_not_served(service: CasService, up: Upload) -> None:
+    shard = parse_shard(up.shard)
+    (info,) = shard.files
+    lie = FileInfo(info.file_hash, info.terms, info.verification, b"\x07" * 32)
+    service.put_xorb(up.xorb.hash, up.xorb.body)
+    assert service.put_shard(upload_shard_for([lie], shard.xorbs)) is True  # not checked
+    served = parse_shard(service.file_shard(up.file_hash))
+    assert served.files[0].sha256 is None and served.files[0].terms == info.terms
 
 
 def test_damaged_stored_objects_are_integrity_errors(

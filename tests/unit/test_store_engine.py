@@ -312,3 +312,28 @@ def test_open_xorb_descriptors_stay_bounded_under_concurrent_reads(
     # 8 cached + one per reader thread (+ sqlite files the reader threads open)
     assert peak[0] <= 8 + 8 + 3 * 8, peak[0]
     cas.close()
+
+
+def test_open_removes_what_killed_writers_left(tmp_path: str) -> None:
+    root = os.path.join(tmp_path, "store")
+    cas = LocalCAS(root, durable=False)
+    sx = __import__("gitxet.formats.xorb", fromlist=["x"]).serialize_xorb([b"a" * 1000])
+    cas.put_serialized(sx)
+    xdir = os.path.dirname(cas.xorb_path(sx.hash))
+    killed = [
+        os.path.join(root, "tmp", ".tmp-killed.incomplete"),  # where writers put them now
+        os.path.join(xdir, ".tmp-older.incomplete"),  # beside xorbs, as before
+        os.path.join(root, "shards", ".tmp-oldest"),
+    ]
+    live = os.path.join(root, "tmp", ".tmp-live.incomplete")
+    for p in [*killed, live]:
+        with open(p, "wb") as f:
+            f.write(b"half a xorb")
+    for p in killed:
+        os.utime(p, (1, 1))
+    os.unlink(os.path.join(root, "tmp", "swept-v1"))  # a store made by an older version
+    cas.close()
+    LocalCAS(root, durable=False).close()
+    assert [p for p in killed if os.path.exists(p)] == []
+    assert os.path.exists(live)  # a writer may still be using it
+    assert sorted(os.listdir(xdir)) == [to_hex(sx.hash)]

@@ -71,3 +71,20 @@ def test_create_if_absent_has_exactly_one_winner(tmp_path: Path) -> None:
     assert len(wins) == 1 and path.read_bytes() == wins[0]
     assert atomic_create(path, b"late") is False and path.read_bytes() == wins[0]
     assert debris(tmp_path) == []
+
+
+def test_remove_stale_temps_takes_only_old_temp_files(tmp_path: Path) -> None:
+    from gitxet.util.atomic import remove_stale_temps
+
+    names = [".tmp-a.incomplete", ".tmp-b.incomplete", ".tmp-legacy", "data", ".tmp-dir"]
+    for n in names[:4]:
+        (tmp_path / n).write_bytes(b"x")
+    (tmp_path / ".tmp-dir").mkdir()
+    old = os.stat(tmp_path / "data").st_mtime - 7200
+    for n in (".tmp-a.incomplete", ".tmp-legacy", "data"):
+        os.utime(tmp_path / n, (old, old))
+    assert remove_stale_temps(tmp_path) == 1  # a: old; b: a live writer's; never others
+    assert sorted(os.listdir(tmp_path)) == [".tmp-b.incomplete", ".tmp-dir", ".tmp-legacy", "data"]
+    assert remove_stale_temps(tmp_path, any_suffix=True) == 1
+    assert remove_stale_temps(tmp_path / "missing") == 0
+    assert sorted(os.listdir(tmp_path)) == [".tmp-b.incomplete", ".tmp-dir", "data"]
