@@ -89,13 +89,19 @@ def locate(
 ) -> list[DataLocation]:
     """Where the data of each ``(path, pointer)`` is; ``remote`` is asked only about the
     files ``cas`` lacks (and not at all when None)."""
-    out: list[DataLocation] = []
-    for path, ptr in found:
-        fhash = from_hex(ptr.xet_hash)
-        local = is_local(cas, fhash)
-        there = None if local or remote is None else on_remote(remote, fhash)
-        out.append(DataLocation(path, ptr, local, there))
-    return out
+    local = {ptr.xet_hash: is_local(cas, from_hex(ptr.xet_hash)) for _, ptr in found}
+    gone: set[bytes] = set()
+    if remote is not None:  # one batched question for all the files not here
+        gone = missing_files(remote, [from_hex(x) for x, here in local.items() if not here])
+    return [
+        DataLocation(
+            path,
+            ptr,
+            local[ptr.xet_hash],
+            None if local[ptr.xet_hash] or remote is None else from_hex(ptr.xet_hash) not in gone,
+        )
+        for path, ptr in found
+    ]
 
 
 def missing_files(remote: CASRemote, file_hashes: Sequence[bytes]) -> set[bytes]:
@@ -124,12 +130,9 @@ def first_dangling(
 
 def count_unpushed(cas: LocalCAS, remote: CASRemote, found: Sequence[tuple[str, Pointer]]) -> int:
     """How many of the files have their data in ``cas`` but not on ``remote``."""
-    n = 0
-    for _, ptr in found:
-        fhash = from_hex(ptr.xet_hash)
-        if is_local(cas, fhash) and not on_remote(remote, fhash):
-            n += 1
-    return n
+    here = [h for h in (from_hex(p.xet_hash) for _, p in found) if is_local(cas, h)]
+    gone = missing_files(remote, here)
+    return sum(1 for h in here if h in gone)
 
 
 def verify_store(cas: LocalCAS, progress: Callable[[int], None] | None = None) -> StoreReport:
