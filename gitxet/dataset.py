@@ -345,10 +345,13 @@ def fetch_from_any(
     file_hashes: Sequence[bytes],
     progress: Progress | None = None,
     paths: dict[str, str] | None = None,
+    *,
+    warm: bool = False,
 ) -> TransferSummary:
     """Make ``file_hashes`` readable here: copy them into ``local`` from path remotes, or
-    into the shared chunk cache from CAS servers, asking the remotes of ``order`` in turn
-    for what the earlier ones did not have.
+    (with ``warm``) into the shared node cache from CAS servers, asking the remotes of
+    ``order`` in turn for what the earlier ones did not have. Without ``warm`` a server
+    that has a file is enough: readers stream its data from there when they need it.
 
     Raises:
         DataUnavailableError: some file is on no remote (naming the remotes tried, and the
@@ -367,11 +370,8 @@ def fetch_from_any(
             src = chunk_source_of(remote)
             if src is not None:
                 have = [h for h in missing if src.file_info(h) is not None]
-                if have:
-                    got = int(src.warm(have))  # type: ignore[attr-defined]
-                    moved += got
-                    if progress is not None:
-                        progress(got)
+                if have and warm:
+                    moved += int(src.warm(have, progress))  # type: ignore[attr-defined]
             else:
                 have = [h for h in missing if remote.shards_for_file(h)]
                 if have:

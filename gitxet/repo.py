@@ -311,11 +311,15 @@ class XetRepo:
         progress: Progress | None = None,
         *,
         commit: str | None = None,
+        warm: bool = False,
     ) -> TransferSummary | None:
         """Fetch whatever the local store lacks to reconstruct ``pointers``, from whichever
         remote has it (``remote`` first, then the others; ``commit``: where they are from).
 
-        From a CAS server the data lands in the shared chunk cache instead of the store.
+        From a CAS server nothing is copied into the store: the files' descriptions are
+        fetched (a file no remote has fails now, by name) and their data streams from the
+        server when the files are written (:meth:`write_content`); with ``warm`` the data is
+        fetched into the shared node cache now (``git xet fetch``).
 
         Raises:
             DataUnavailableError: some file's data is on no remote (naming those tried).
@@ -325,7 +329,9 @@ class XetRepo:
         if not missing:
             return None
         order = self.search_order(remote, commit=commit)
-        return fetch_from_any(self.cas, self.remotes, order, missing, progress, self._paths_by_hash)
+        return fetch_from_any(
+            self.cas, self.remotes, order, missing, progress, self._paths_by_hash, warm=warm
+        )
 
     def write_content(
         self,

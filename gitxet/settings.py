@@ -42,8 +42,8 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
         "discovered endpoints (mounts, `xet://`, checkout and the plugins share it)",
         "`$XDG_CACHE_HOME/gitxet`, else `~/.cache/gitxet`",
     ),
-    (CACHE_SIZE_ENV, "cap of the chunk cache (a size)", "`10G`"),
-    (PREFETCH_ENV, "read-ahead past each remote fetch (a size; `0`: off)", "`4M`"),
+    (CACHE_SIZE_ENV, "cap of the node cache (a size)", "`10G`"),
+    (PREFETCH_ENV, "largest read-ahead of sequential remote readers (a size; `0`: off)", "`128M`"),
     (
         STATE_DIR_ENV,
         "mount records and mount daemon logs",
@@ -53,8 +53,8 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     (LAZY_ENV, "leave pointers on checkout, like `xet.lazy` (a boolean)", "`xet.lazy`"),
 )
 
-DEFAULT_CACHE_BYTES = 10 << 30  # the shared chunk cache's cap
-DEFAULT_PREFETCH_BYTES = 4 << 20  # read-ahead past each remote fetch
+DEFAULT_CACHE_BYTES = 10 << 30  # the node cache's cap
+DEFAULT_PREFETCH_BYTES = 128 << 20  # largest read-ahead window of sequential remote readers
 KEYRING_SERVICE = "gitxet"  # keyring entries: service "gitxet", user scheme://host[:port]
 TOKEN_USERNAME = "gitxet"  # the user name sent with a token in HTTP Basic auth
 

@@ -499,7 +499,7 @@ def fetch_cmd(
     head = process.rev_parse(repo.cwd, "HEAD")
     with byte_progress("fetching", None) as advance:
         summary = repo.ensure_local(
-            [f.pointer for f in files], remote, progress=advance, commit=head
+            [f.pointer for f in files], remote, progress=advance, commit=head, warm=True
         )
     got = summary.xorbs_sent if summary else 0
     _say(f"git-xet: {len(files)} file(s), {total:,} bytes available locally ({got} xorbs fetched)")

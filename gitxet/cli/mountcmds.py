@@ -44,7 +44,10 @@ CacheSizeOpt = Annotated[
 ]
 PrefetchOpt = Annotated[
     str | None,
-    typer.Option("--prefetch", help="Read ahead this much past each fetch (default 4M; 0: off)."),
+    typer.Option(
+        "--prefetch",
+        help="Largest read-ahead of sequential readers of http repos (default 128M; 0: off).",
+    ),
 ]
 ReadAroundOpt = Annotated[
     bool,
@@ -337,13 +340,13 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
     shown; a mount of a local repository reads that repository's own store.
     """
     from gitxet.cli._progress import human_size
-    from gitxet.data.remote_source import chunk_cache_bytes
+    from gitxet.data.remote_source import node_cache_bytes
 
     usage: dict[str, int] = {}
     for rec in _registry().list():
         remote = rec.repo.startswith(("http://", "https://"))
         if remote and rec.cache_dir not in usage:
-            usage[rec.cache_dir] = chunk_cache_bytes(rec.cache_dir)
+            usage[rec.cache_dir] = node_cache_bytes(rec.cache_dir)
         cached = usage.get(rec.cache_dir, 0) if remote else None
         if as_json:
             typer.echo(

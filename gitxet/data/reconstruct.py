@@ -10,6 +10,14 @@ A source may also offer ``read_verified_part`` and ``read_verified_range`` (see
 then one ``pread`` of just those bytes (chunk headers cut out), which keeps random 4 KiB
 reads and re-reads of a file cheap: no decoding, no re-hashing, no chunk cache.
 
+A source behind a network also offers the :class:`FetchSource` calls. The reader then
+serves reads from the source's cache where it can (one ``pread``), fetches what is missing,
+and watches its access pattern: a sequential reader gets the next *window* of the file
+fetched ahead, in parallel, the window growing while reads stay sequential; a random reader
+gets no read-ahead and fetches just the chunks it touches. :meth:`FileReader.copy_to` (the
+path of checkout and clone) keeps a window of ranges in flight and writes each one out as
+it arrives. Mounts, ``xet://`` files, smudge, checkout and clone all read this way.
+
 Integrity: a source returns only chunks verified against their hashes, and a reader checks,
 before serving anything, that the chunk hashes its terms name Merkle-hash to the file hash,
 so wrong bytes are never returned: corruption raises :class:`IntegrityError`.
@@ -18,11 +26,14 @@ so wrong bytes are never returned: corruption raises :class:`IntegrityError`.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+import threading
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
-from gitxet.errors import FileNotFoundInCASError, IntegrityError
+from gitxet.errors import FileNotFoundInCASError, GitxetError, IntegrityError
 from gitxet.formats.shard import FileInfo, FileTerm
 from gitxet.hashing import ZERO_HASH, file_hash, to_hex, verification_hash
 from gitxet.util.lru import LRUCache
@@ -56,6 +67,86 @@ class PartSource(Protocol):
     ) -> bytes | None: ...
 
     def read_verified_range(self, xorb_hash: bytes, lo: int, hi: int) -> bytes | None: ...
+
+
+class Segment(Protocol):
+    """Fetched decoded bytes of a xorb (see ``gitxet.data.remote_source.Segment``)."""
+
+    def views(self, lo: int, hi: int) -> Sequence[memoryview]: ...
+
+
+class FetchSource(Protocol):
+    """A source behind a network: fetches on demand, ahead of the reader, or for a copy."""
+
+    @property
+    def initial_window(self) -> int: ...
+
+    @property
+    def max_window(self) -> int: ...
+
+    def fetch_range(self, xorb_hash: bytes, lo: int, hi: int, *, sequential: bool) -> bytes: ...
+
+    def prefetch(self, xorb_hash: bytes, lo: int, hi: int) -> None: ...
+
+    def split_range(self, xorb_hash: bytes, lo: int, hi: int) -> list[tuple[int, int]]: ...
+
+    def stream_range(self, xorb_hash: bytes, lo: int, hi: int) -> Future[Segment]: ...
+
+
+#: how far a read may land behind or past the end of a sequential stream and continue it
+#: (the kernel's read-ahead and parallel FUSE reads arrive a little out of order)
+STREAM_BACK = 2 << 20
+STREAM_SKIP = 16 << 20
+#: interleaved sequential streams tracked per file
+MAX_STREAMS = 4
+#: bytes :meth:`FileReader.copy_to` keeps in flight
+COPY_WINDOW = 64 << 20
+
+
+class _Stream:
+    __slots__ = ("ahead", "next", "start")
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start = start
+        self.next = end
+        self.ahead = end
+
+
+class ReadPattern:
+    """Sequential-access detection for one file: which reads continue a stream, and how far
+    ahead of each stream to fetch (the window doubles the bytes read so far, between
+    ``initial`` and ``maximum``; zero for a read that continues nothing)."""
+
+    def __init__(self, initial: int, maximum: int, size: int) -> None:
+        self.initial = min(initial, maximum)
+        self.maximum = maximum
+        self.size = size
+        self._streams: list[_Stream] = []
+        self._lock = threading.Lock()
+
+    def note(self, offset: int, end: int) -> tuple[bool, tuple[int, int] | None]:
+        """Record a read of ``[offset, end)``: (whether it is sequential, the file range to
+        fetch ahead now or None)."""
+        if self.maximum <= 0:
+            return False, None
+        with self._lock:
+            for s in self._streams:
+                if s.next - STREAM_BACK <= offset <= s.next + STREAM_SKIP:
+                    break
+            else:
+                s = _Stream(offset, end)
+                self._streams.insert(0, s)
+                del self._streams[MAX_STREAMS:]
+                if offset != 0:
+                    return False, None  # a random read (until the next one continues it)
+            s.next = max(s.next, end)
+            window = min(self.maximum, max(self.initial, 2 * (s.next - s.start)))
+            a, b = max(s.ahead, s.next), min(self.size, s.next + window)
+            # ask again only once a good part of the window was consumed
+            if b - a < min(window // 4, self.size - a) or a >= b:
+                return True, None
+            s.ahead = b
+            return True, (a, b)
 
 
 class ChunkCache:
@@ -106,6 +197,8 @@ class FileReader:
         self.info = info
         partial = all(hasattr(source, m) for m in ("read_verified_part", "read_verified_range"))
         self._part: PartSource | None = source if partial else None  # type: ignore[assignment]
+        fetching = all(hasattr(source, m) for m in ("fetch_range", "prefetch", "stream_range"))
+        self._fetch: FetchSource | None = source if fetching else None  # type: ignore[assignment]
         terms = info.terms if info is not None else []
         self._spans: list[_Span] = []
         self._starts: list[int] = []
@@ -115,6 +208,11 @@ class FileReader:
             self._starts.append(pos)
             pos += t.unpacked_bytes
         self.size = pos
+        self._pattern: ReadPattern | None = None
+        if self._fetch is not None:
+            self._pattern = ReadPattern(
+                self._fetch.initial_window, self._fetch.max_window, self.size
+            )
         if verify and info is not None:
             self._verify_structure(info)
 
@@ -166,6 +264,11 @@ class FileReader:
         end = min(self.size, offset + size)
         if offset >= end:
             return b""
+        sequential = False
+        if self._pattern is not None:
+            sequential, ahead = self._pattern.note(offset, end)
+            if ahead is not None:
+                self._prefetch(*ahead)
         k = bisect.bisect_right(self._starts, offset) - 1
         span = self._spans[k]
         t = span.term
@@ -204,6 +307,8 @@ class FileReader:
             )
             if verified is not None:
                 parts.append(verified)
+            elif self._fetch is not None:
+                parts.append(self._fetch.fetch_range(t.xorb_hash, lo, hi, sequential=sequential))
             else:
                 c0 = bisect.bisect_right(offs, lo, t.chunk_start, t.chunk_end) - 1
                 c1 = bisect.bisect_left(offs, hi, t.chunk_start, t.chunk_end + 1)
@@ -213,6 +318,54 @@ class FileReader:
             pos += hi - lo
             k += 1
         return b"".join(parts)
+
+    def read_cached(self, offset: int, size: int) -> bytes | None:
+        """Like :meth:`read`, but only from data the source holds verified (its cache):
+        ``None`` when anything would have to be fetched. Never waits on a network, so an
+        event loop may call it; a sequential reader's read-ahead is started all the same.
+        """
+        part = self._part
+        if part is None or offset < 0 or size < 0:
+            return None
+        end = min(self.size, offset + size)
+        if offset >= end:
+            return b""
+        if self._pattern is not None:
+            _, ahead = self._pattern.note(offset, end)
+            if ahead is not None:
+                self._prefetch(*ahead)
+        out: list[bytes] = []
+        for xorb, lo, hi in self._pieces(offset, end):
+            got = part.read_verified_range(xorb, lo, hi)
+            if got is None:
+                return None
+            out.append(got)
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def _pieces(self, start: int, end: int) -> Iterator[tuple[bytes, int, int]]:
+        """``(xorb, lo, hi)``: the xorb data ranges holding file bytes ``[start, end)``."""
+        k = bisect.bisect_right(self._starts, start) - 1
+        pos = start
+        while pos < end and k < len(self._spans):
+            span = self._spans[k]
+            t = span.term
+            base = self.source.layout(t.xorb_hash).data_offsets[t.chunk_start]
+            lo = base + (pos - span.offset)
+            hi = base + min(end - span.offset, t.unpacked_bytes)
+            yield t.xorb_hash, lo, hi
+            pos += hi - lo
+            k += 1
+
+    def _prefetch(self, start: int, end: int) -> None:
+        """Start fetching file bytes ``[start, end)`` in the background (best effort)."""
+        fetch = self._fetch
+        if fetch is None:
+            return
+        try:
+            for xorb, lo, hi in self._pieces(start, end):
+                fetch.prefetch(xorb, lo, hi)
+        except GitxetError:
+            pass  # a read-ahead that cannot start is a read that fetches later
 
     def chunk_extent(self, offset: int) -> tuple[int, int]:
         """The file byte range ``[start, end)`` of the chunk holding ``offset``.
@@ -245,9 +398,54 @@ class FileReader:
                 i = j
 
     def copy_to(self, out: BinaryIO) -> int:
-        """Write the whole file to ``out``; returns the byte count."""
-        n = 0
-        for block in self.iter_blocks():
-            out.write(block)
-            n += len(block)
-        return n
+        """Write the whole file to ``out``; returns the byte count.
+
+        From a :class:`FetchSource`, up to :data:`COPY_WINDOW` bytes of ranges are fetched
+        in parallel ahead of the one being written; a range several terms use is fetched
+        once while it is in the window.
+        """
+        if self._fetch is None:
+            n = 0
+            for block in self.iter_blocks():
+                out.write(block)
+                n += len(block)
+            return n
+        return self._copy_fetched(self._fetch, out)
+
+    def _copy_fetched(self, fetch: FetchSource, out: BinaryIO) -> int:
+        pending: deque[tuple[tuple[bytes, int, int], Future[Segment]]] = deque()
+        shared: dict[tuple[bytes, int, int], tuple[Future[Segment], int]] = {}
+        held = 0
+        written = 0
+
+        def write_one() -> None:
+            nonlocal held, written
+            key, fut = pending.popleft()
+            _, lo, hi = key
+            for view in fut.result().views(lo, hi):
+                out.write(view)
+            held -= hi - lo
+            written += hi - lo
+            f, users = shared[key]
+            if users == 1:
+                del shared[key]
+            else:
+                shared[key] = (f, users - 1)
+
+        try:
+            for xorb, lo, hi in self._pieces(0, self.size):
+                for a, b in fetch.split_range(xorb, lo, hi):
+                    while pending and held >= COPY_WINDOW:
+                        write_one()
+                    key = (xorb, a, b)
+                    have = shared.get(key)
+                    fut = have[0] if have is not None else fetch.stream_range(xorb, a, b)
+                    shared[key] = (fut, 1 if have is None else have[1] + 1)
+                    pending.append((key, fut))
+                    held += b - a
+            while pending:
+                write_one()
+        finally:
+            for _, fut in pending:
+                fut.cancel()
+        return written

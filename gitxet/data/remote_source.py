@@ -1,12 +1,23 @@
-"""Reading files from a CAS server: a :class:`ChunkSource` over HTTP with an on-disk cache.
+"""Reading files from a CAS server: the one streaming read path, over the node cache.
 
-A file's description comes from the server's file shard (its terms, plus the chunk hashes
-and sizes of every xorb it uses), so every chunk fetched is verified against its hash and
-the reader checks the whole file against its file hash before serving a byte. Chunks are
-fetched one fetch entry of the reconstruction at a time (a run of chunks the server names
-with one URL and byte range), decoded, verified, and kept in :class:`DiskChunkCache`, which
-all mounts, fsspec readers and checkouts on a machine can share (``--cache-dir``): a chunk
-that any of them fetched is never fetched again, until LRU eviction makes room.
+Every reader of an http(s) repository (a mount, an ``xet://`` file, ``git checkout``'s
+smudge filter, ``git xet checkout`` and ``git xet clone``) reads through
+:class:`RemoteChunkSource` and :class:`~gitxet.data.reconstruct.FileReader`:
+
+* A file's description comes from the server's file shard: its terms, plus the chunk hashes
+  and sizes of every xorb it uses, each list checked against its xorb hash. The reader
+  checks the terms against the file hash before serving a byte.
+* Data moves in *ranges*: runs of consecutive chunks of one xorb, fetched with one ranged
+  GET from the xorb's signed URL straight into a buffer, decoded (chunks stored
+  uncompressed are not copied) and hashed once, chunk by chunk. A range is then stored in
+  the node cache (:class:`~gitxet.store.nodecache.NodeCache`, for mounts and fsspec) or
+  handed straight to the caller (checkout and clone, which write the file anyway).
+* Sequential readers are served ahead: the reader detects sequential access and asks for
+  the ranges of the next *window* of the file, which a pool fetches in parallel; the window
+  grows from :data:`INITIAL_WINDOW` up to ``max_window`` while reads stay sequential, and is
+  zero for random reads, which fetch just the chunks they touch. Sequential fetches use
+  ranges aligned on :data:`UNIT` boundaries of each xorb, so every reader on the machine
+  asks for (and caches) the same ranges. Concurrent requests for one range share one fetch.
 
 ``offline=True`` never touches the network: what is not cached raises
 :class:`CacheMissError`, so a pinned, warmed dataset is served without a server.
@@ -14,37 +25,48 @@ that any of them fetched is never fetched again, until LRU eviction makes room.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import hashlib
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from gitxet.errors import (
+    AuthError,
     FileNotFoundInCASError,
     FormatError,
     GitxetError,
     IntegrityError,
-    RemoteError,
     XorbNotFoundError,
 )
 from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
-from gitxet.hashing import chunk_hash, from_hex, is_hex, merkle_root, to_hex
+from gitxet.hashing import chunk_hash, from_hex, merkle_root, to_hex
 from gitxet.remote import protocol as p
 from gitxet.remote.client import CASClient
-from gitxet.settings import DEFAULT_CACHE_BYTES, DEFAULT_PREFETCH_BYTES, strip_credentials
+from gitxet.settings import DEFAULT_PREFETCH_BYTES, strip_credentials
+from gitxet.store.nodecache import NodeCache, cache_total
 from gitxet.util.atomic import atomic_write
 from gitxet.util.lru import LRUCache
 
 # Fetch URLs are signed and expire; re-ask for them well before a typical expiry.
 URL_TTL = 300.0
-# Decoded bytes fetched past the chunk a read needs (one request instead of many).
-READ_AHEAD = DEFAULT_PREFETCH_BYTES
-#: xorbs whose fetch URLs, locations and fetch locks are remembered (an LRU each)
+#: decoded bytes per aligned range of a sequential read (one ranged GET)
+UNIT = 8 << 20
+#: the read-ahead window of a sequential reader when it starts
+INITIAL_WINDOW = 8 << 20
+#: the largest read-ahead window (``--prefetch``)
+MAX_WINDOW = DEFAULT_PREFETCH_BYTES
+#: xorbs whose fetch URLs and locations are remembered (an LRU each)
 _MAX_XORB_ENTRIES = 16384
+#: parallel range fetches per source
+FETCH_WORKERS = 8
 
 
 class CacheMissError(GitxetError):
@@ -53,190 +75,160 @@ class CacheMissError(GitxetError):
 
 @dataclass(frozen=True, slots=True)
 class RemoteLayout:
-    """Chunk hashes and decoded offsets of a xorb, from a file shard (verified)."""
+    """Chunk hashes and decoded offsets of a xorb, from a file shard (verified), and the
+    chunk indices where its aligned ranges start (the last entry is the chunk count)."""
 
     chunk_hashes: tuple[bytes, ...]
     data_offsets: tuple[int, ...]
+    units: tuple[int, ...]
+
+    def chunk_span(self, lo: int, hi: int) -> tuple[int, int]:
+        """The chunks ``[c0, c1)`` that decoded bytes ``[lo, hi)`` touch."""
+        offs = self.data_offsets
+        return bisect.bisect_right(offs, lo) - 1, bisect.bisect_left(offs, hi)
+
+    def unit_spans(self, c0: int, c1: int) -> list[tuple[int, int]]:
+        """The aligned ranges (chunk bounds) that chunks ``[c0, c1)`` touch."""
+        u = self.units
+        k0, k1 = bisect.bisect_right(u, c0) - 1, bisect.bisect_left(u, c1)
+        return [(u[k], u[k + 1]) for k in range(k0, k1)]
 
 
-def chunk_cache_dir(cache_root: str) -> str:
-    """Where the shared chunk cache lives under a cache root (``--cache-dir``)."""
-    return os.path.join(cache_root, "chunks")
+def _units(offs: Sequence[int], unit: int) -> tuple[int, ...]:
+    """Chunk indices cutting a xorb into runs of about ``unit`` decoded bytes."""
+    cuts = [0]
+    n = len(offs) - 1
+    for i in range(1, n):
+        if offs[i + 1] - offs[cuts[-1]] > unit:
+            cuts.append(i)
+    cuts.append(n)
+    return tuple(cuts)
 
 
-def chunk_cache_bytes(cache_root: str) -> int:
-    """Bytes of chunks cached under a cache root (0 when there is no cache yet)."""
-    return _tree_bytes(os.path.join(chunk_cache_dir(cache_root), "chunks"))
+class Segment:
+    """Verified decoded bytes of a xorb, in memory: buffers with their xorb data offsets."""
+
+    __slots__ = ("_parts", "_starts", "hi", "lo")
+
+    def __init__(self, lo: int, parts: Sequence[memoryview | bytes]) -> None:
+        self.lo = lo
+        self._parts = list(parts)
+        self._starts: list[int] = []
+        pos = lo
+        for b in self._parts:
+            self._starts.append(pos)
+            pos += len(b)
+        self.hi = pos
+
+    def views(self, lo: int, hi: int) -> list[memoryview]:
+        """Views of decoded bytes ``[lo, hi)`` (inside this segment), in order."""
+        if not self.lo <= lo <= hi <= self.hi:
+            raise IndexError(f"[{lo}, {hi}) outside a segment [{self.lo}, {self.hi})")
+        out: list[memoryview] = []
+        i = bisect.bisect_right(self._starts, lo) - 1
+        pos = lo
+        while pos < hi:
+            start = self._starts[i]
+            part = memoryview(self._parts[i])
+            a = pos - start
+            b = min(len(part), hi - start)
+            out.append(part[a:b])
+            pos = start + b
+            i += 1
+        return out
+
+    def read(self, lo: int, hi: int) -> bytes:
+        """Decoded bytes ``[lo, hi)`` as one object."""
+        views = self.views(lo, hi)
+        return bytes(views[0]) if len(views) == 1 else b"".join(views)
 
 
-def _tree_bytes(top: str) -> int:
-    total = 0
-    for dirpath, _, files in os.walk(top):
-        for f in files:
-            with contextlib.suppress(OSError):
-                total += os.stat(os.path.join(dirpath, f)).st_size
-    return total
+class _Job:
+    """One range fetch; whoever claims it runs it, the others wait on ``future``."""
 
+    __slots__ = ("claimed", "future")
 
-class DiskChunkCache:
-    """Verified decoded chunks on disk, LRU-evicted to ``max_bytes``; safe across processes.
-
-    Layout: ``<root>/chunks/<xx>/<xorb hex>/<index>`` and ``<root>/shards/<file hex>``.
-    Files are written atomically; a reader re-hashes a chunk before trusting it, so a
-    damaged cache file is dropped and fetched again, never served.
-    """
-
-    def __init__(self, root: str, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        self.root = os.path.abspath(root)
-        self.max_bytes = max_bytes
-        os.makedirs(os.path.join(self.root, "chunks"), exist_ok=True)
-        os.makedirs(os.path.join(self.root, "shards"), exist_ok=True)
-        self._lock = threading.Lock()
-        self._approx = self._scan_size()
-        self._stats_lock = threading.Lock()  # readers on many threads count here
-        self.hits = 0
-        self.misses = 0
-        self.fetched_bytes = 0  # decoded bytes of the verified chunks fetched from a server
-
-    def _count(self, *, hits: int = 0, misses: int = 0, fetched: int = 0) -> None:
-        with self._stats_lock:
-            self.hits += hits
-            self.misses += misses
-            self.fetched_bytes += fetched
-
-    def note_fetched(self, chunks: Sequence[bytes]) -> None:
-        """Count chunks fetched from a server (their decoded bytes, whatever the wire form)."""
-        self._count(fetched=sum(len(c) for c in chunks))
-
-    def _chunk_path(self, xorb: bytes, idx: int) -> str:
-        hx = to_hex(xorb)
-        return os.path.join(self.root, "chunks", hx[:2], hx, str(idx))
-
-    def _scan_size(self) -> int:
-        return _tree_bytes(os.path.join(self.root, "chunks"))
-
-    @property
-    def size(self) -> int:
-        """Approximate bytes held (exact after a scan)."""
-        return self._approx
-
-    def get(self, xorb: bytes, idx: int, expected_hash: bytes) -> bytes | None:
-        path = self._chunk_path(xorb, idx)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
-            self._count(misses=1)
-            return None
-        if chunk_hash(data) != expected_hash:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            self._count(misses=1)
-            return None
-        with contextlib.suppress(OSError):
-            os.utime(path)  # LRU by mtime
-        self._count(hits=1)
-        return data
-
-    def put(self, xorb: bytes, idx: int, data: bytes) -> None:
-        path = self._chunk_path(xorb, idx)
-        if os.path.exists(path):
-            return
-        atomic_write(path, data, durable=False)
-        with self._lock:
-            self._approx += len(data)
-            over = self._approx > self.max_bytes
-        if over:
-            self.evict()
-
-    def evict(self, target: float = 0.9) -> int:
-        """Delete least recently used chunks until the cache is under ``target`` of its cap."""
-        entries: list[tuple[float, int, str]] = []
-        for dirpath, _, files in os.walk(os.path.join(self.root, "chunks")):
-            for f in files:
-                p = os.path.join(dirpath, f)
-                with contextlib.suppress(OSError):
-                    st = os.stat(p)
-                    entries.append((st.st_mtime, st.st_size, p))
-        total = sum(e[1] for e in entries)
-        goal = int(self.max_bytes * target)
-        freed = 0
-        for _, size, p in sorted(entries):
-            if total - freed <= goal:
-                break
-            with contextlib.suppress(OSError):
-                os.unlink(p)
-                freed += size
-        with self._lock:
-            self._approx = total - freed
-        return freed
-
-    def get_shard(self, file_hash: bytes) -> bytes | None:
-        try:
-            with open(os.path.join(self.root, "shards", to_hex(file_hash)), "rb") as f:
-                return f.read()
-        except OSError:
-            return None
-
-    def put_shard(self, file_hash: bytes, data: bytes) -> None:
-        atomic_write(os.path.join(self.root, "shards", to_hex(file_hash)), data, durable=False)
-
-    def cached_shards(self) -> list[bytes]:
-        d = os.path.join(self.root, "shards")
-        return [from_hex(n) for n in sorted(os.listdir(d)) if is_hex(n)]
+    def __init__(self) -> None:
+        self.claimed = False
+        self.future: Future[Segment] = Future()
 
 
 class RemoteChunkSource:
-    """A :class:`~gitxet.data.reconstruct.ChunkSource` reading from a CAS server."""
+    """A :class:`~gitxet.data.reconstruct.ChunkSource` reading from a CAS server, with the
+    fetching capabilities :class:`~gitxet.data.reconstruct.FileReader` streams through."""
 
     is_local = False
+    initial_window = INITIAL_WINDOW
 
     def __init__(
         self,
         client: CASClient,
-        cache: DiskChunkCache,
+        cache: NodeCache,
+        shard_dir: str,
         *,
         offline: bool = False,
-        read_ahead: int = READ_AHEAD,
+        max_window: int = MAX_WINDOW,
+        workers: int = FETCH_WORKERS,
+        unit: int = UNIT,
     ) -> None:
         self.client = client
         self.cache = cache
+        self.shard_dir = shard_dir
         self.offline = offline
-        self.read_ahead = max(0, read_ahead)
+        # a window larger than a fraction of the cache would evict itself before it is read
+        self.max_window = max(0, min(max_window, cache.max_bytes // 4))
+        self.unit = unit
+        self._workers = max(1, workers)
+        self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._files: dict[bytes, shardfmt.FileInfo] = {}
         self._layouts: dict[bytes, RemoteLayout] = {}
         self._xorb_file: dict[bytes, bytes] = {}  # a file whose reconstruction names the xorb
-        # per xorb, bounded: each is fetched again when it is needed after an eviction
-        self._urls: LRUCache[bytes, tuple[float, list[tuple[int, int, str, int, int]]]] = LRUCache(
-            _MAX_XORB_ENTRIES
-        )
-        self._fetch_locks: LRUCache[bytes, threading.Lock] = LRUCache(_MAX_XORB_ENTRIES)
+        # per xorb, bounded: each is asked for again when it is needed after an eviction
+        self._urls: LRUCache[bytes, tuple[float, list[p.FetchInfo]]] = LRUCache(_MAX_XORB_ENTRIES)
         self._locations: LRUCache[bytes, tuple[float, p.XorbLocation]] = LRUCache(_MAX_XORB_ENTRIES)
-        self._no_locations = False
+        self._no_locations = False  # the server has no xorb locations (not a gitxet server)
+        self._locations_ok = False  # it has
+        self._inflight: dict[bytes, dict[tuple[int, int], _Job]] = {}
+        #: decoded bytes fetched from the server by this source
+        self.fetched_bytes = 0
+
+    def close(self) -> None:
+        """Stop the fetch pool (running fetches finish)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     # ---- descriptions ------------------------------------------------------------------
+
+    def _shard_path(self, file_hash: bytes) -> str:
+        return os.path.join(self.shard_dir, to_hex(file_hash))
 
     def file_info(self, file_hash: bytes) -> shardfmt.FileInfo | None:
         with self._lock:
             info = self._files.get(file_hash)
         if info is not None:
             return info
-        data = self.cache.get_shard(file_hash)
-        if data is None:
+        try:
+            with open(self._shard_path(file_hash), "rb") as f:
+                data: bytes | None = f.read()
+        except OSError:
+            data = None
+        shard: shardfmt.Shard | None = None
+        if data is not None:
+            with contextlib.suppress(FormatError):
+                shard = shardfmt.parse_shard(data)
+        if shard is None:
             if self.offline:
                 raise CacheMissError(f"file {to_hex(file_hash)} is not in the cache (offline)")
             try:
                 shard = self.client.get_file_shard(file_hash)
             except FileNotFoundInCASError:
                 return None
-            data = shardfmt.serialize_shard(shard)
-            self.cache.put_shard(file_hash, data)
-        else:
-            try:
-                shard = shardfmt.parse_shard(data)
-            except FormatError:
-                return None
+            atomic_write(
+                self._shard_path(file_hash), shardfmt.serialize_shard(shard), durable=False
+            )
         return self._register(file_hash, shard)
 
     def _register(self, file_hash: bytes, shard: shardfmt.Shard) -> shardfmt.FileInfo | None:
@@ -254,7 +246,7 @@ class RemoteChunkSource:
             offs = [0]
             for s in sizes:
                 offs.append(offs[-1] + s)
-            layouts[x.xorb_hash] = RemoteLayout(hashes, tuple(offs))
+            layouts[x.xorb_hash] = RemoteLayout(hashes, tuple(offs), _units(offs, self.unit))
         with self._lock:
             self._files[file_hash] = info
             self._layouts.update(layouts)
@@ -269,143 +261,299 @@ class RemoteChunkSource:
             raise XorbNotFoundError(to_hex(xorb_hash))
         return lay
 
-    # ---- data --------------------------------------------------------------------------
+    # ---- cached data -------------------------------------------------------------------
+
+    def read_verified_part(self, xorb_hash: bytes, index: int, lo: int, hi: int) -> bytes | None:
+        lay = self.layout(xorb_hash)
+        base = lay.data_offsets[index]
+        return self.cache.read(xorb_hash, lay, base + lo, base + hi)
+
+    def read_verified_range(self, xorb_hash: bytes, lo: int, hi: int) -> bytes | None:
+        return self.cache.read(xorb_hash, self.layout(xorb_hash), lo, hi)
 
     def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
         lay = self.layout(xorb_hash)
-        out: list[bytes | None] = [
-            self.cache.get(xorb_hash, i, lay.chunk_hashes[i]) for i in range(start, end)
-        ]
-        if all(c is not None for c in out):
-            return [c for c in out if c is not None]
+        offs = lay.data_offsets
+        data = self.fetch_range(xorb_hash, offs[start], offs[end], sequential=False)
+        base = offs[start]
+        return [data[offs[i] - base : offs[i + 1] - base] for i in range(start, end)]
+
+    # ---- fetching ----------------------------------------------------------------------
+
+    def split_range(self, xorb_hash: bytes, lo: int, hi: int) -> list[tuple[int, int]]:
+        """``[lo, hi)`` cut at the xorb's aligned range boundaries."""
+        lay = self.layout(xorb_hash)
+        offs = lay.data_offsets
+        out: list[tuple[int, int]] = []
+        for cs, ce in lay.unit_spans(*lay.chunk_span(lo, hi)):
+            a, b = max(lo, offs[cs]), min(hi, offs[ce])
+            if a < b:
+                out.append((a, b))
+        return out
+
+    def fetch_range(self, xorb_hash: bytes, lo: int, hi: int, *, sequential: bool) -> bytes:
+        """Decoded bytes ``[lo, hi)`` of a xorb, fetched (and cached) now.
+
+        ``sequential`` fetches the whole aligned ranges around the bytes (the reader will
+        want the rest); otherwise just the chunks they touch.
+
+        Raises:
+            CacheMissError: offline.
+            IntegrityError: the server sent chunks that do not match their hashes.
+        """
         if self.offline:
             raise CacheMissError(
-                f"xorb {to_hex(xorb_hash)} chunks {start}..{end} are not cached (offline)"
+                f"xorb {to_hex(xorb_hash)} bytes {lo}..{hi} are not cached (offline)"
             )
-        with self._lock:
-            flock = self._fetch_locks.setdefault(xorb_hash, threading.Lock())
-        with flock:  # one fetch per xorb at a time: concurrent readers wait and hit the cache
-            i = 0
-            while i < len(out):
-                if out[i] is not None:
-                    i += 1
-                    continue
-                got = self._fetch(xorb_hash, lay, start + i)
-                for k, c in got.items():
-                    if start <= k < end:
-                        out[k - start] = c
-                if out[i] is None:
-                    raise XorbNotFoundError(to_hex(xorb_hash))
-        return [c for c in out if c is not None]
+        lay = self.layout(xorb_hash)
+        c0, c1 = lay.chunk_span(lo, hi)
+        if not sequential or not self._aligned(xorb_hash):
+            return self._get(xorb_hash, c0, c1).read(lo, hi)
+        spans = lay.unit_spans(c0, c1)
+        offs = lay.data_offsets
+        pieces = [(cs, ce, max(lo, offs[cs]), min(hi, offs[ce])) for cs, ce in spans]
+        parts: list[bytes | None] = [self.cache.read(xorb_hash, lay, a, b) for *_, a, b in pieces]
+        for (cs, ce, _, _), got in list(zip(pieces, parts, strict=True))[1:]:
+            if got is None:
+                self._schedule(xorb_hash, cs, ce)
+        out = [
+            got if got is not None else self._get(xorb_hash, cs, ce).read(a, b)
+            for (cs, ce, a, b), got in zip(pieces, parts, strict=True)
+        ]
+        return out[0] if len(out) == 1 else b"".join(out)
 
-    def _entries(self, xorb_hash: bytes, refresh: bool) -> list[tuple[int, int, str, int, int]]:
-        with self._lock:
-            cached = self._urls.get(xorb_hash)
-            fhash = self._xorb_file.get(xorb_hash)
-        if cached is not None and not refresh and time.monotonic() - cached[0] < URL_TTL:
-            return cached[1]
-        if fhash is None:
-            raise XorbNotFoundError(to_hex(xorb_hash))
-        rec = self.client.get_reconstruction(fhash)
-        now = time.monotonic()
-        fresh: dict[bytes, list[tuple[int, int, str, int, int]]] = {}
-        for xhex, infos in rec.fetch.items():
-            fresh[from_hex(xhex)] = [
-                (fi.chunk_start, fi.chunk_end, fi.url, fi.byte_start, fi.byte_end) for fi in infos
-            ]
-        with self._lock:
-            for x, entries in fresh.items():
-                self._urls.put(x, (now, entries))
-        return fresh.get(xorb_hash, [])
+    def prefetch(self, xorb_hash: bytes, lo: int, hi: int) -> None:
+        """Start fetching (into the cache) the aligned ranges around ``[lo, hi)`` that are
+        neither cached nor on their way; returns at once."""
+        if self.offline:
+            return
+        lay = self.layout(xorb_hash)
+        offs = lay.data_offsets
+        span = lay.chunk_span(lo, hi)
+        units = lay.unit_spans(*span)
+        missing = [(a, b) for a, b in units if not self.cache.covers(xorb_hash, offs[a], offs[b])]
+        if not missing:
+            return
+        if not (
+            self._no_locations or self._locations_ok
+        ):  # finding out may take a request: not on the reader's thread
+            self._executor().submit(self._prefetch_later, xorb_hash, span, missing)
+            return
+        for cs, ce in missing if self._aligned(xorb_hash) else [span]:
+            self._schedule(xorb_hash, cs, ce)
 
-    def _location(self, xorb_hash: bytes, refresh: bool) -> p.XorbLocation | None:
-        """The xorb's exact chunk byte offsets and URL (gitxet servers), or None."""
+    def _prefetch_later(
+        self, xorb_hash: bytes, span: tuple[int, int], missing: list[tuple[int, int]]
+    ) -> None:
+        with contextlib.suppress(GitxetError):
+            for cs, ce in missing if self._aligned(xorb_hash) else [span]:
+                self._schedule(xorb_hash, cs, ce)
+
+    def _aligned(self, xorb_hash: bytes) -> bool:
+        """Whether any chunk range of the xorb can be fetched (the server tells where each
+        chunk is); otherwise only what reconstruction fetch entries name."""
+        if self._no_locations or self._locations_ok:
+            return not self._no_locations
+        return self._location(xorb_hash, refresh=False) is not None
+
+    def stream_range(self, xorb_hash: bytes, lo: int, hi: int) -> Future[Segment]:
+        """Decoded bytes ``[lo, hi)`` for a caller that writes them out once (checkout,
+        clone): from the cache when it has them, else fetched on the pool without being
+        cached. The result's :meth:`Segment.views` give the bytes."""
+        cached = self.cache.read(xorb_hash, self.layout(xorb_hash), lo, hi)
+        if cached is not None:
+            done: Future[Segment] = Future()
+            done.set_result(Segment(lo, [cached]))
+            return done
+        if self.offline:
+            raise CacheMissError(
+                f"xorb {to_hex(xorb_hash)} bytes {lo}..{hi} are not cached (offline)"
+            )
+        lay = self.layout(xorb_hash)
+        c0, c1 = lay.chunk_span(lo, hi)
+        return self._executor().submit(self._fetch, xorb_hash, c0, c1, False)
+
+    def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
-            cached = self._locations.get(xorb_hash)
-        if cached is not None and not refresh and time.monotonic() - cached[0] < URL_TTL:
-            return cached[1]
-        if self._no_locations:
-            return None
-        try:
-            loc = self.client.xorb_location(xorb_hash)
-        except XorbNotFoundError:
-            # not a gitxet server (or an old one): use reconstruction fetch entries
-            self._no_locations = True
-            return None
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="gitxet-fetch")
+            return self._pool
+
+    def _job(self, xorb_hash: bytes, cs: int, ce: int) -> tuple[_Job, bool]:
+        """The job fetching chunks ``[cs, ce)`` (or a running one that holds them), and
+        whether it is new. Call with ``self._lock`` held."""
+        jobs = self._inflight.setdefault(xorb_hash, {})
+        job = jobs.get((cs, ce))
+        if job is None:
+            job = next((j for (a, b), j in jobs.items() if a <= cs and ce <= b), None)
+        if job is not None:
+            return job, False
+        job = jobs[(cs, ce)] = _Job()
+        return job, True
+
+    def _schedule(self, xorb_hash: bytes, cs: int, ce: int) -> Future[Segment]:
         with self._lock:
-            self._locations.put(xorb_hash, (time.monotonic(), loc))
-        return loc
+            job, new = self._job(xorb_hash, cs, ce)
+        if new:
+            self._executor().submit(self._claim_and_run, xorb_hash, cs, ce, job)
+        return job.future
 
-    def _fetch(self, xorb_hash: bytes, lay: RemoteLayout, idx: int) -> dict[int, bytes]:
-        """Fetch chunks from ``idx`` on (a read-ahead window); verify and cache them."""
-        for attempt in range(2):
-            loc = self._location(xorb_hash, refresh=attempt > 0)
-            if loc is None:
-                return self._fetch_entry(xorb_hash, lay, idx)
-            # read ahead: small random reads cost a round trip each, big ones do not
-            offs = loc.data_offsets
-            end = idx + 1
-            while end < loc.num_chunks and offs[end] - offs[idx] < self.read_ahead:
-                end += 1
-            try:
-                chunks = self.client.read_xorb_chunks(xorb_hash, idx, end, loc)
-            except RemoteError as e:
-                if e.status == 403 and attempt == 0:
-                    continue  # the signed URL expired
-                raise
-            got: dict[int, bytes] = {}
-            for k, c in enumerate(chunks, start=idx):
-                if chunk_hash(c) != lay.chunk_hashes[k]:
-                    raise IntegrityError("xorb", to_hex(xorb_hash), f"chunk {k} does not match")
-                self.cache.put(xorb_hash, k, c)
-                got[k] = c
-            self.cache.note_fetched(chunks)
-            return got
-        raise XorbNotFoundError(to_hex(xorb_hash))
+    def warm(
+        self, file_hashes: Sequence[bytes], progress: Callable[[int], None] | None = None
+    ) -> int:
+        """Fetch into the cache every range of the given files it lacks, in parallel;
+        returns the bytes fetched.
 
-    def _fetch_entry(self, xorb_hash: bytes, lay: RemoteLayout, idx: int) -> dict[int, bytes]:
-        """Fetch the reconstruction entry holding chunk ``idx``; verify and cache it all."""
-        hx = to_hex(xorb_hash)
-        for attempt in range(2):
-            entries = self._entries(xorb_hash, refresh=attempt > 0)
-            entry = next((e for e in entries if e[0] <= idx < e[1]), None)
-            if entry is None:
-                continue
-            cs, ce, url, bs, be = entry
-            try:
-                raw = self.client.fetch_xorb_range(url, bs, be)
-            except RemoteError as e:
-                if e.status == 403 and attempt == 0:
-                    continue  # the signed URL expired: ask for fresh ones
-                raise
-            try:
-                chunks = xorbfmt.decode_chunks(raw, expected_count=ce - cs)
-            except FormatError as e:
-                raise IntegrityError(
-                    "xorb", hx, f"chunks {cs}..{ce} unreadable ({e.reason})"
-                ) from None
-            got: dict[int, bytes] = {}
-            for k, c in enumerate(chunks, start=cs):
-                if chunk_hash(c) != lay.chunk_hashes[k]:
-                    raise IntegrityError(
-                        "xorb", hx, f"chunk {k} from the server does not match its hash"
-                    )
-                self.cache.put(xorb_hash, k, c)
-                got[k] = c
-            self.cache.note_fetched(chunks)
-            return got
-        raise XorbNotFoundError(hx)
+        Raises:
+            FileNotFoundInCASError: the server does not know a file.
+        """
+        before = self.fetched_bytes
+        pending: list[tuple[Future[Segment], int]] = []
 
-    def warm(self, file_hashes: Sequence[bytes]) -> int:
-        """Fetch and cache every chunk of the given files; returns the (decoded) bytes fetched."""
-        before = self.cache.fetched_bytes
+        def wait_one() -> None:
+            fut, n = pending.pop(0)
+            fut.result()
+            if progress is not None:
+                progress(n)
+
         for fhash in file_hashes:
             info = self.file_info(fhash)
             if info is None:
                 raise FileNotFoundInCASError(to_hex(fhash))
             for t in info.terms:
-                self.read_chunks(t.xorb_hash, t.chunk_start, t.chunk_end)
-        return self.cache.fetched_bytes - before
+                lay = self.layout(t.xorb_hash)
+                offs = lay.data_offsets
+                spans = (
+                    lay.unit_spans(t.chunk_start, t.chunk_end)
+                    if self._aligned(t.xorb_hash)
+                    else [(t.chunk_start, t.chunk_end)]
+                )
+                for cs, ce in spans:
+                    if self.cache.covers(t.xorb_hash, offs[cs], offs[ce]):
+                        continue
+                    while len(pending) >= 2 * self._workers:
+                        wait_one()
+                    pending.append((self._schedule(t.xorb_hash, cs, ce), offs[ce] - offs[cs]))
+        while pending:
+            wait_one()
+        return self.fetched_bytes - before
+
+    def _get(self, xorb_hash: bytes, cs: int, ce: int) -> Segment:
+        """Chunks ``[cs, ce)`` (fetched and cached here, or by a fetch already running)."""
+        with self._lock:
+            job, _ = self._job(xorb_hash, cs, ce)
+            mine = not job.claimed
+            job.claimed = True
+        if mine:  # nobody started it yet (maybe queued on the pool): run it on this thread
+            self._run(xorb_hash, cs, ce, job)
+        return job.future.result()
+
+    def _claim_and_run(self, xorb_hash: bytes, cs: int, ce: int, job: _Job) -> None:
+        with self._lock:
+            if job.claimed:
+                return
+            job.claimed = True
+        self._run(xorb_hash, cs, ce, job)
+
+    def _run(self, xorb_hash: bytes, cs: int, ce: int, job: _Job) -> None:
+        try:
+            seg = self._fetch(xorb_hash, cs, ce, True)
+        except BaseException as exc:
+            job.future.set_exception(exc)
+        else:
+            job.future.set_result(seg)
+        finally:
+            with self._lock:
+                jobs = self._inflight.get(xorb_hash)
+                if jobs is not None:
+                    for key, j in list(jobs.items()):
+                        if j is job:
+                            del jobs[key]
+                    if not jobs:
+                        del self._inflight[xorb_hash]
+
+    def _fetch(self, xorb_hash: bytes, cs: int, ce: int, cache: bool) -> Segment:
+        """Fetch chunks ``[cs, ce)`` (or an entry holding them) with one ranged GET, verify
+        every chunk, and store them in the cache if ``cache``."""
+        lay = self.layout(xorb_hash)
+        hx = to_hex(xorb_hash)
+        for attempt in range(2):
+            loc = self._location(xorb_hash, refresh=attempt > 0)
+            if loc is not None:
+                url, fcs, fce = loc.url, cs, ce
+                start, end = loc.byte_offsets[cs], loc.byte_offsets[ce] - 1
+            else:
+                entry = self._entry(xorb_hash, cs, ce, refresh=attempt > 0)
+                url, fcs, fce = entry.url, entry.chunk_start, entry.chunk_end
+                start, end = entry.byte_start, entry.byte_end
+            try:
+                raw = self.client.fetch_xorb_range(url, start, end)
+            except AuthError as e:
+                if e.status == 403 and attempt == 0:
+                    continue  # the signed URL expired: ask for a fresh one
+                raise
+            break
+        else:  # pragma: no cover - the loop either breaks or raises
+            raise XorbNotFoundError(hx)
+        try:
+            chunks = xorbfmt.decode_chunk_views(raw, expected_count=fce - fcs)
+        except FormatError as e:
+            raise IntegrityError(
+                "xorb", hx, f"chunks {fcs}..{fce} unreadable ({e.reason})"
+            ) from None
+        offs = lay.data_offsets
+        hashes = lay.chunk_hashes
+        for k, c in enumerate(chunks, start=fcs):
+            if len(c) != offs[k + 1] - offs[k] or chunk_hash(c) != hashes[k]:
+                raise IntegrityError("xorb", hx, f"chunk {k} from the server does not match")
+        n = offs[fce] - offs[fcs]
+        with self._lock:
+            self.fetched_bytes += n
+        if cache:
+            self.cache.put(xorb_hash, fcs, fce, offs[fcs], chunks)
+        return Segment(offs[fcs], chunks)
+
+    def _location(self, xorb_hash: bytes, refresh: bool) -> p.XorbLocation | None:
+        """The xorb's chunk byte offsets and URL (gitxet servers), or None."""
+        with self._lock:
+            cached = self._locations.get(xorb_hash)
+            if cached is not None and not refresh and time.monotonic() - cached[0] < URL_TTL:
+                return cached[1]
+            if self._no_locations:
+                return None
+        try:
+            loc = self.client.xorb_location(xorb_hash)
+        except XorbNotFoundError:
+            # not a gitxet server (or an old one): use reconstruction fetch entries
+            with self._lock:
+                self._no_locations = True
+            return None
+        if loc.chunk_hashes != self.layout(xorb_hash).chunk_hashes:
+            raise IntegrityError("xorb", to_hex(xorb_hash), "the server's layout disagrees")
+        with self._lock:
+            self._locations.put(xorb_hash, (time.monotonic(), loc))
+            self._locations_ok = True
+        return loc
+
+    def _entry(self, xorb_hash: bytes, cs: int, ce: int, refresh: bool) -> p.FetchInfo:
+        """A reconstruction fetch entry holding chunk ``cs`` (any Xet server)."""
+        with self._lock:
+            cached = self._urls.get(xorb_hash)
+            fhash = self._xorb_file.get(xorb_hash)
+        if cached is None or refresh or time.monotonic() - cached[0] >= URL_TTL:
+            if fhash is None:
+                raise XorbNotFoundError(to_hex(xorb_hash))
+            rec = self.client.get_reconstruction(fhash)
+            now = time.monotonic()
+            with self._lock:
+                for xhex, infos in rec.fetch.items():
+                    self._urls.put(from_hex(xhex), (now, list(infos)))
+                cached = self._urls.get(xorb_hash)
+        entries = cached[1] if cached is not None else []
+        entry = next((e for e in entries if e.chunk_start <= cs < e.chunk_end), None)
+        if entry is None:
+            raise XorbNotFoundError(to_hex(xorb_hash))
+        return entry
 
 
 class HttpCASRemote:
@@ -413,12 +561,13 @@ class HttpCASRemote:
     offers a :class:`RemoteChunkSource` for reads."""
 
     def __init__(
-        self, client: CASClient, cache: DiskChunkCache, *, read_ahead: int = READ_AHEAD
+        self, client: CASClient, cache: NodeCache, shard_dir: str, *, max_window: int = MAX_WINDOW
     ) -> None:
         self.name = client.endpoint
         self.client = client
         self.cache = cache
-        self.read_ahead = read_ahead
+        self.shard_dir = shard_dir
+        self.max_window = max_window
         self._source: RemoteChunkSource | None = None
 
     def has_xorb(self, xorb_hash: bytes) -> bool:
@@ -438,15 +587,58 @@ class HttpCASRemote:
 
     def chunk_source(self) -> RemoteChunkSource:
         if self._source is None:
-            self._source = RemoteChunkSource(self.client, self.cache, read_ahead=self.read_ahead)
+            self._source = RemoteChunkSource(
+                self.client, self.cache, self.shard_dir, max_window=self.max_window
+            )
         return self._source
 
 
 def _endpoint_record(root: str, url: str) -> str:
-    import hashlib
-
     key = hashlib.sha256(strip_credentials(url).encode()).hexdigest()[:24]
     return os.path.join(root, "endpoints", key + ".json")
+
+
+def node_cache_dir(cache_root: str) -> str:
+    """Where the node cache lives under a cache root (``--cache-dir``)."""
+    return os.path.join(cache_root, "ranges")
+
+
+def node_cache_bytes(cache_root: str) -> int:
+    """Bytes the node cache under a cache root holds (read from its index: O(1))."""
+    return cache_total(node_cache_dir(cache_root))
+
+
+_caches: dict[tuple[str, int], NodeCache] = {}
+_caches_lock = threading.Lock()
+
+
+def open_node_cache(cache_root: str, max_bytes: int) -> NodeCache:
+    """The process's node cache under ``cache_root`` (one per root and cap)."""
+    key = (os.path.abspath(cache_root), max_bytes)
+    with _caches_lock:
+        cache = _caches.get(key)
+        if cache is None:
+            _drop_old_layout(cache_root)
+            cache = _caches[key] = NodeCache(node_cache_dir(cache_root), max_bytes)
+        return cache
+
+
+def _drop_old_layout(cache_root: str) -> None:
+    """Delete, in the background, the one-file-per-chunk cache of earlier versions."""
+    old = os.path.join(cache_root, "chunks")
+    if os.path.isdir(old):
+        with contextlib.suppress(OSError):
+            os.rename(old, f"{old}.old-{os.getpid()}")
+    with contextlib.suppress(OSError):
+        doomed = [n for n in os.listdir(cache_root) if n.startswith("chunks.old-")]
+        for name in doomed:
+            threading.Thread(
+                target=shutil.rmtree,
+                args=(os.path.join(cache_root, name),),
+                kwargs={"ignore_errors": True},
+                name="gitxet-old-cache",
+                daemon=True,
+            ).start()
 
 
 def http_remote_factory(
@@ -456,10 +648,11 @@ def http_remote_factory(
     offline: bool = False,
     token: str | None = None,
     token_lookup: Callable[[str], str | None] | None = None,
-    read_ahead: int = READ_AHEAD,
+    read_ahead: int = MAX_WINDOW,
 ) -> Callable[[str], HttpCASRemote]:
-    """Build the CAS remote of an http(s) git URL: discovery, token, the shared chunk cache
-    under ``root``. Offline, the endpoint found by an earlier online use is reused."""
+    """Build the CAS remote of an http(s) git URL: discovery, token, the shared node cache
+    under ``root``. Offline, the endpoint found by an earlier online use is reused.
+    ``read_ahead`` is the largest read-ahead window of sequential readers."""
 
     def make(url: str) -> HttpCASRemote:
         from gitxet.remote.client import discover
@@ -480,8 +673,8 @@ def http_remote_factory(
             tok = tok or found.access_token
             atomic_write(record, json.dumps({"cas_url": endpoint}).encode(), durable=False)
         client = CASClient(endpoint, tok)
-        cache = DiskChunkCache(chunk_cache_dir(root), max_bytes)
-        remote = HttpCASRemote(client, cache, read_ahead=read_ahead)
+        cache = open_node_cache(root, max_bytes)
+        remote = HttpCASRemote(client, cache, os.path.join(root, "shards"), max_window=read_ahead)
         if offline:
             remote.chunk_source().offline = True
         return remote

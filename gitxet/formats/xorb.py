@@ -300,6 +300,28 @@ def decode_chunks(data: BytesLike, expected_count: int | None = None) -> list[by
     return out
 
 
+def decode_chunk_views(
+    data: BytesLike, expected_count: int | None = None
+) -> list[memoryview | bytes]:
+    """Like :func:`decode_chunks`, but chunks stored uncompressed are views into ``data``
+    (no copy); the caller keeps ``data`` alive and unchanged while it uses them.
+
+    Raises:
+        XorbFormatError: as :func:`decode_chunks`.
+    """
+    mv = memoryview(data).cast("B")
+    _check_size(len(mv), "xorb range")
+    out: list[memoryview | bytes] = []
+    for start, scheme, clen, ulen in _records(mv, "xorb range"):
+        payload = mv[start : start + clen]
+        out.append(
+            payload if scheme == Scheme.NONE else _decompress(scheme, payload, ulen, "xorb range")
+        )
+    if expected_count is not None and len(out) != expected_count:
+        raise XorbFormatError("xorb range", f"{len(out)} chunks, expected {expected_count}")
+    return out
+
+
 def chunk_boundaries(body: BytesLike) -> tuple[list[int], list[int]]:
     """Walk the chunk headers without decoding payloads.
 

@@ -19,10 +19,18 @@ import errno
 import os
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from gitxet.data.reconstruct import ChunkCache, ChunkSource, Layout
+from gitxet.data.reconstruct import (
+    ChunkCache,
+    ChunkSource,
+    FetchSource,
+    Layout,
+    PartSource,
+    Segment,
+)
 from gitxet.dataset import Dataset, HttpAccess, open_dataset
 from gitxet.errors import GitError, NotFoundError
 from gitxet.formats.shard import FileInfo
@@ -80,6 +88,45 @@ class CountingSource:
         chunks = self.inner.read_chunks(xorb_hash, start, end)
         self._counter.add(chunks)
         return chunks
+
+
+class CountingFetchSource(CountingSource):
+    """A :class:`CountingSource` over a source behind a network (an http(s) repository):
+    its cache and fetching calls pass through, and the bytes fetched for readers count."""
+
+    def __init__(self, inner: ChunkSource, counter: _Counter) -> None:
+        super().__init__(inner, counter)
+        self.remote: FetchSource = inner  # type: ignore[assignment]
+        self.part: PartSource = inner  # type: ignore[assignment]
+        self.initial_window = self.remote.initial_window
+        self.max_window = self.remote.max_window
+
+    def read_verified_part(self, xorb_hash: bytes, index: int, lo: int, hi: int) -> bytes | None:
+        return self.part.read_verified_part(xorb_hash, index, lo, hi)
+
+    def read_verified_range(self, xorb_hash: bytes, lo: int, hi: int) -> bytes | None:
+        return self.part.read_verified_range(xorb_hash, lo, hi)
+
+    def fetch_range(self, xorb_hash: bytes, lo: int, hi: int, *, sequential: bool) -> bytes:
+        data = self.remote.fetch_range(xorb_hash, lo, hi, sequential=sequential)
+        self._counter.add([data])
+        return data
+
+    def prefetch(self, xorb_hash: bytes, lo: int, hi: int) -> None:
+        self.remote.prefetch(xorb_hash, lo, hi)
+
+    def split_range(self, xorb_hash: bytes, lo: int, hi: int) -> list[tuple[int, int]]:
+        return self.remote.split_range(xorb_hash, lo, hi)
+
+    def stream_range(self, xorb_hash: bytes, lo: int, hi: int) -> Future[Segment]:
+        return self.remote.stream_range(xorb_hash, lo, hi)
+
+
+def counting(inner: ChunkSource, counter: _Counter) -> CountingSource:
+    """The counting wrapper that fits ``inner``."""
+    if hasattr(inner, "fetch_range") and hasattr(inner, "read_verified_range"):
+        return CountingFetchSource(inner, counter)
+    return CountingSource(inner, counter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +206,7 @@ class CommitPool:
             raise FileNotFoundError(errno.ENOENT, f"xet: repository {repo}: {exc}") from exc
         except GitError as exc:
             raise FileNotFoundError(errno.ENOENT, f"xet: repository {repo}: {exc}") from exc
-        source = CountingSource(ds.chunk_source(), self._counter)
+        source = counting(ds.chunk_source(), self._counter)
         with self._lock:
             return self._datasets.setdefault(key, (ds, source))
 

@@ -99,6 +99,9 @@ class XetFuseOperations(pyfuse3.Operations):
         super().__init__()
         self.fs = fs
         self._inline_reads = bool(getattr(fs, "inline_reads", False))
+        self._try_read: Callable[[int, int, int], bytes | None] | None = getattr(
+            fs, "try_read", None
+        )
         #: stores the rest of a chunk in the page cache after a small read (started by
         #: :func:`serve` once the mount exists; see ``gitxet.mount.readaround``)
         self.read_around: ChunkReadAround | None = (
@@ -302,9 +305,15 @@ class XetFuseOperations(pyfuse3.Operations):
             except Exception as exc:
                 raise self._fail(f"read {ino} @{off}+{size}", exc) from None
         else:
-            data = await self._offload(
-                self._read_limiter, f"read {ino} @{off}+{size}", self.fs.read, ino, off, size
-            )
+            # data behind a network: what the source's cache holds is served right here,
+            # the rest on a worker thread (a fetch must not stall the event loop)
+            cached = self._try_read(ino, off, size) if self._try_read is not None else None
+            if cached is not None:
+                data = cached
+            else:
+                data = await self._offload(
+                    self._read_limiter, f"read {ino} @{off}+{size}", self.fs.read, ino, off, size
+                )
         if self.read_around is not None and len(data) == size:
             self.read_around.offer(self._swap(ino), ino, off, size)
         return data

@@ -1,27 +1,27 @@
-"""The CAS client: the Xet HTTP API over httpx (the only module that imports httpx).
+"""The CAS client: the Xet HTTP API (the only module that talks HTTP to a CAS).
 
 :class:`CASClient` speaks the same dialect as hf_xet 1.8, so it works against our server
 and any Xet CAS: reconstructions V2 with a V1 fallback, xorb uploads through upload grants
 with a ``POST /v1/xorbs`` fallback, shard uploads V2 with a V1 fallback, global-dedup
-queries, and ranged xorb GETs on the signed URLs a reconstruction hands out. Fallback
-choices are remembered per client, as hf_xet does.
+queries, and ranged xorb GETs on the signed URLs the server hands out. Fallback choices are
+remembered per client, as hf_xet does.
 
-Reliability: connection errors, 429 (except for dedup queries), 500, 502, 503 and 504 are
-retried with exponential backoff and jitter, honouring ``Retry-After``; a ranged GET whose
-body breaks off resumes from the last byte received, and data URLs that expire during a long
-download are replaced by asking for the rest of the file. Transfers run on a bounded pool.
+The API calls (small JSON and shard bodies) go through httpx. Ranged GETs of xorb data, the
+bulk of every download, go through the standard library's ``http.client`` straight into a
+caller's buffer (``readinto``): on loopback that moves about three times the bytes per CPU
+second of httpx's 64 KiB-at-a-time streaming. Each thread keeps its own keep-alive
+connection per host; ``HTTP(S)_PROXY``/``NO_PROXY`` are honoured for both.
 
-What is verified:
+Reliability: the one retry helper (``gitxet.util.retry``) runs every request and every
+composite flow (upload grant -> PUT -> commit, a V2 shard upload's progress stream) with one
+attempt budget: connection errors, 429 (except for dedup queries), 500, 502, 503 and 504 are
+retried with exponential backoff and jitter, honouring ``Retry-After``. A ranged GET whose
+body breaks off resumes from the last byte received.
 
-* :meth:`CASClient.download` of a whole file re-hashes every decoded chunk and checks the
-  Merkle root against the file hash before returning (:class:`IntegrityError` otherwise).
-  The bytes are written to ``out`` as they arrive, so write to a temporary file and rename
-  on success.
-* Ranged reads check every fetched range structurally (chunk headers, LZ4 frames, chunk
-  count, each term's ``unpacked_length``). To check their content too, pass the file's
-  shard from :meth:`CASClient.get_file_shard` (a gitxet extension route): its CAS blocks
-  give every chunk hash, which are themselves checked against the file hash.
-* Dedup shards and file shards are parsed strictly; upload answers are checked for shape.
+What is verified here: dedup shards and file shards are parsed strictly, xorb locations are
+checked against the xorb hash, upload answers are checked for shape, ranged GETs must return
+exactly the bytes asked for. The chunks themselves are hashed by the caller
+(``gitxet.data.remote_source``), which knows their expected hashes.
 
 Tokens are sent only as ``Authorization: Bearer`` to the CAS endpoint; data and grant URLs
 carry their own signature and never get the header. No error message contains a token or a
@@ -31,13 +31,16 @@ URL query string.
 from __future__ import annotations
 
 import email.utils
+import http.client
 import json
+import ssl
 import threading
 import time
+import urllib.request
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, BinaryIO
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -50,22 +53,22 @@ from gitxet.errors import (
     XorbNotFoundError,
 )
 from gitxet.formats.shard import Shard, parse_shard
-from gitxet.formats.xorb import decode_chunks, verify_xorb
-from gitxet.hashing import chunk_hash, file_hash, from_hex, to_hex
+from gitxet.formats.xorb import verify_xorb
+from gitxet.hashing import from_hex, to_hex
 from gitxet.remote import protocol as p
 from gitxet.settings import strip_credentials
 from gitxet.util.retry import Retry, RetryPolicy, retry_call
 
-__all__ = ["CASClient", "RetryPolicy", "discover"]
+__all__ = ["CASClient", "RetryPolicy", "discover", "is_gitxet_server"]
 
 USER_AGENT = "gitxet"
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 TokenSource = str | Callable[[], str] | None
+T = TypeVar("T")
 
 
-def _retry_after(resp: httpx.Response) -> float | None:
-    v = resp.headers.get("retry-after")
+def _parse_retry_after(v: str | None) -> float | None:
     if not v:
         return None
     v = v.strip()
@@ -78,12 +81,8 @@ def _retry_after(resp: httpx.Response) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _detail(resp: httpx.Response) -> str:
+def _detail_text(text: str) -> str:
     """A short, printable reason from an error response body."""
-    try:
-        text = resp.text
-    except (UnicodeDecodeError, httpx.ResponseNotRead):
-        return ""
     try:
         doc = json.loads(text)
     except ValueError:
@@ -97,12 +96,114 @@ def _detail(resp: httpx.Response) -> str:
     return text[:200]
 
 
+def _detail(resp: httpx.Response) -> str:
+    try:
+        return _detail_text(resp.text)
+    except (UnicodeDecodeError, httpx.ResponseNotRead):
+        return ""
+
+
+def _status_error(status: int, what: str, detail: str) -> RemoteError:
+    msg = f"{what}: HTTP {status}"
+    if detail:
+        msg += f" ({detail})"
+    if status == 401:
+        return AuthError(msg + "; the token is missing, invalid or expired", status)
+    if status == 403:
+        return AuthError(msg + "; the token's scope does not allow this", status)
+    return RemoteError(msg, status)
+
+
+class _DataConnections:
+    """Keep-alive ``http.client`` connections for data URLs, one per host and thread."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._local = threading.local()
+        self._ssl: ssl.SSLContext | None = None
+        self._lock = threading.Lock()
+        self._all: set[http.client.HTTPConnection] = set()  # every thread's, for close()
+
+    def _context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        return self._ssl
+
+    def get(self, url: str) -> tuple[http.client.HTTPConnection, str]:
+        """A connection for ``url`` and the request target to send on it."""
+        s = urlsplit(url)
+        if s.scheme not in ("http", "https") or not s.hostname:
+            raise RemoteError(f"data URL {strip_credentials(url)}: not an http(s) URL")
+        key = (s.scheme, s.hostname, s.port)
+        conns: dict[tuple[str, str, int | None], http.client.HTTPConnection] | None = getattr(
+            self._local, "conns", None
+        )
+        if conns is None:
+            conns = self._local.conns = {}
+        target = s.path + ("?" + s.query if s.query else "")
+        proxy = None if urllib.request.proxy_bypass(s.hostname) else _proxy_for(s.scheme)
+        if proxy is not None and s.scheme == "http":
+            target = urlunsplit((s.scheme, s.netloc, s.path, s.query, ""))
+        conn = conns.get(key)
+        if conn is None:
+            conn = conns[key] = self._open(s.scheme, s.hostname, s.port, proxy)
+        if conn.sock is None:  # new, or closed by close(): the request (re)connects it
+            with self._lock:
+                self._all.add(conn)
+        return conn, target
+
+    def _open(
+        self, scheme: str, host: str, port: int | None, proxy: tuple[str, int] | None
+    ) -> http.client.HTTPConnection:
+        if scheme == "https":
+            if proxy is None:
+                return http.client.HTTPSConnection(
+                    host, port, timeout=self.timeout, context=self._context()
+                )
+            tunnel = http.client.HTTPSConnection(
+                proxy[0], proxy[1], timeout=self.timeout, context=self._context()
+            )
+            tunnel.set_tunnel(host, port)
+            return tunnel
+        if proxy is None:
+            return http.client.HTTPConnection(host, port, timeout=self.timeout)
+        return http.client.HTTPConnection(proxy[0], proxy[1], timeout=self.timeout)
+
+    def drop(self, url: str) -> None:
+        """Close this thread's connection for ``url``'s host (after an error)."""
+        s = urlsplit(url)
+        conns = getattr(self._local, "conns", None)
+        if conns is not None:
+            conn = conns.pop((s.scheme, s.hostname, s.port), None)
+            if conn is not None:
+                conn.close()
+                with self._lock:
+                    self._all.discard(conn)
+
+    def close(self) -> None:
+        """Close every thread's connections (a later request opens a new one)."""
+        with self._lock:
+            conns, self._all = self._all, set()
+        for conn in conns:
+            conn.close()
+
+
+def _proxy_for(scheme: str) -> tuple[str, int] | None:
+    url = urllib.request.getproxies().get(scheme)
+    if not url:
+        return None
+    s = urlsplit(url if "://" in url else "http://" + url)
+    if not s.hostname:
+        return None
+    return s.hostname, s.port or 80
+
+
 class CASClient:
     """A client for one CAS endpoint. Thread-safe; use as a context manager or ``close()``.
 
     ``token`` is a bearer token, a zero-argument callable returning one (called per request,
-    so it may refresh), or ``None``. Pass ``http`` to inject a transport (tests use
-    ``httpx.MockTransport``); otherwise the client owns an ``httpx.Client``.
+    so it may refresh), or ``None``. Pass ``http`` to inject a transport for the API calls
+    (tests use ``httpx.MockTransport``); otherwise the client owns an ``httpx.Client``.
     """
 
     def __init__(
@@ -129,8 +230,8 @@ class CASClient:
         self.max_parallel = max(1, max_parallel)
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
+        self._data = _DataConnections(timeout)
         self.session_id = str(uuid.uuid4())
-        self._lock = threading.Lock()
         # Remembered fallbacks (None = not known yet).
         self._recon_v2: bool | None = None
         self._shards_v2: bool | None = None
@@ -139,7 +240,8 @@ class CASClient:
     # ---- lifecycle ---------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the HTTP client if this object created it."""
+        """Close the data connections, and the HTTP client if this object created it."""
+        self._data.close()
         if self._own_http:
             self.http.close()
 
@@ -161,37 +263,10 @@ class CASClient:
     def _url(self, path: str) -> str:
         return self.endpoint + path
 
-    def _request(
-        self,
-        method: str,
-        url: str,
-        *,
-        what: str,
-        auth: bool = True,
-        ok: Iterable[int] = (200,),
-        retry_statuses: frozenset[int] = _RETRY_STATUSES,
-        headers: Mapping[str, str] | None = None,
-        content: bytes | None = None,
-        json_body: Any = None,
-    ) -> httpx.Response:
-        """Send with retries; return a response whose status is in ``ok``, else raise."""
-        return retry_call(
-            lambda _: self._send_once(
-                method,
-                url,
-                what=what,
-                auth=auth,
-                ok=ok,
-                retry_statuses=retry_statuses,
-                headers=headers,
-                content=content,
-                json_body=json_body,
-            ),
-            self.retry,
-            sleep=self._sleep,
-        )
+    def _retrying(self, attempt: Callable[[], T]) -> T:
+        return retry_call(lambda _: attempt(), self.retry, sleep=self._sleep)
 
-    def _send_once(
+    def _send(
         self,
         method: str,
         url: str,
@@ -204,32 +279,30 @@ class CASClient:
         content: bytes | None = None,
         json_body: Any = None,
     ) -> httpx.Response:
-        """One try of :meth:`_request`: a transient failure raises :class:`Retry`."""
+        """One attempt: a response whose status is in ``ok``; ``Retry`` for a failure worth
+        retrying; any other status raises its error."""
         hdrs = self._headers(auth)
         if headers:
             hdrs.update(headers)
         try:
             resp = self.http.request(method, url, headers=hdrs, content=content, json=json_body)
         except httpx.TransportError as e:
-            error = RemoteError(f"{what}: {type(e).__name__} talking to {strip_credentials(url)}")
-            raise Retry(error) from None
-        if resp.status_code in frozenset(ok):
+            raise Retry(
+                RemoteError(f"{what}: {type(e).__name__} talking to {strip_credentials(url)}")
+            ) from None
+        if resp.status_code in ok:
             return resp
+        err = self._error(resp, what)
         if resp.status_code in retry_statuses:
-            raise Retry(self._error(resp, what), after=_retry_after(resp))
-        raise self._error(resp, what)
+            raise Retry(err, after=_parse_retry_after(resp.headers.get("retry-after")))
+        raise err
+
+    def _request(self, method: str, url: str, *, what: str, **kw: Any) -> httpx.Response:
+        """:meth:`_send` under the retry loop."""
+        return self._retrying(lambda: self._send(method, url, what=what, **kw))
 
     def _error(self, resp: httpx.Response, what: str) -> RemoteError:
-        status = resp.status_code
-        msg = f"{what}: HTTP {status}"
-        d = _detail(resp)
-        if d:
-            msg += f" ({d})"
-        if status == 401:
-            return AuthError(msg + "; the token is missing, invalid or expired", status)
-        if status == 403:
-            return AuthError(msg + "; the token's scope does not allow this", status)
-        return RemoteError(msg, status)
+        return _status_error(resp.status_code, what, _detail(resp))
 
     # ---- reconstruction and downloads --------------------------------------------------
 
@@ -287,194 +360,73 @@ class CASClient:
         except ValueError:
             raise RemoteError(f"{what}: response is not JSON", resp.status_code) from None
 
-    def fetch_xorb_range(self, url: str, start: int, end: int) -> bytes:
+    def fetch_xorb_range(
+        self, url: str, start: int, end: int, into: bytearray | None = None
+    ) -> bytearray:
         """GET bytes ``[start, end]`` (inclusive, as in ``url_range``) of a data URL.
 
-        No Authorization header is sent (the URL is signed). A body that breaks off is
-        resumed from the last byte received.
+        The body is read straight into ``into`` (exactly ``end - start + 1`` bytes) or a new
+        buffer, which is returned. No Authorization header is sent (the URL is signed). A
+        body that breaks off is resumed from the last byte received.
 
         Raises:
+            AuthError: 401/403 (a data URL that expired: ask for a new one).
             RemoteError: after the retries, or on a short/long body or a non-206 answer.
         """
         if end < start:
             raise ValueError(f"inverted range {start}-{end}")
         want = end - start + 1
-        buf = bytearray()  # kept across attempts: a retry resumes after the last byte
+        buf = into if into is not None else bytearray(want)
+        if len(buf) != want:
+            raise ValueError(f"buffer of {len(buf)} bytes for a {want}-byte range")
+        view = memoryview(buf)
+        got = 0
         what = f"xorb range {strip_credentials(url)}"
 
-        def attempt(_: int) -> bytes:
+        def attempt() -> None:
+            nonlocal got
+            conn, target = self._data.get(url)
             hdrs = self._headers(auth=False)
-            hdrs["Range"] = p.format_range(start + len(buf), end)
+            hdrs["Range"] = p.format_range(start + got, end)
             try:
-                with self.http.stream("GET", url, headers=hdrs) as resp:
-                    if resp.status_code not in (200, 206):
-                        resp.read()
-                        if resp.status_code in _RETRY_STATUSES:
-                            raise Retry(self._error(resp, what), after=_retry_after(resp))
-                        raise self._error(resp, what)
-                    if resp.status_code == 200:
-                        # A server that ignored Range sends the whole object: slice it.
-                        body = resp.read()
-                        if len(body) <= end:
-                            raise RemoteError(f"{what}: object shorter than the range")
-                        return bytes(body[start : end + 1])
-                    for part in resp.iter_bytes():
-                        buf.extend(part)
-                        if len(buf) > want:
-                            raise RemoteError(f"{what}: longer than the {want} bytes asked for")
-            except httpx.TransportError as e:
-                error = RemoteError(f"{what}: {type(e).__name__} after {len(buf)} bytes")
-                raise Retry(error) from None
-            if len(buf) != want:
-                raise Retry(RemoteError(f"{what}: got {len(buf)} of {want} bytes"))
-            return bytes(buf)
+                conn.request("GET", target, headers=hdrs)
+                resp = conn.getresponse()
+                if resp.status not in (200, 206):
+                    detail = _detail_text(resp.read(4096).decode("utf-8", "replace"))
+                    self._data.drop(url)
+                    err = _status_error(resp.status, what, detail)
+                    if resp.status in _RETRY_STATUSES:
+                        raise Retry(err, after=_parse_retry_after(resp.getheader("retry-after")))
+                    raise err
+                if resp.status == 200:
+                    # A server that ignored Range sends the whole object: take the part.
+                    body = resp.read()
+                    if len(body) <= end:
+                        raise RemoteError(f"{what}: object shorter than the range")
+                    view[got:] = body[start + got : end + 1]
+                    got = want
+                    return
+                length = resp.getheader("content-length")
+                if length is not None and length.isdigit() and int(length) > want - got:
+                    self._data.drop(url)
+                    raise RemoteError(f"{what}: longer than the {want} bytes asked for")
+                while got < want:
+                    n = resp.readinto(view[got:])
+                    if not n:
+                        break
+                    got += n
+                if got < want:
+                    self._data.drop(url)
+                    raise Retry(RemoteError(f"{what}: got {got} of {want} bytes"))
+                if resp.read(1):
+                    self._data.drop(url)
+                    raise RemoteError(f"{what}: longer than the {want} bytes asked for")
+            except (OSError, http.client.HTTPException) as e:
+                self._data.drop(url)
+                raise Retry(RemoteError(f"{what}: {type(e).__name__} after {got} bytes")) from None
 
-        return retry_call(attempt, self.retry, sleep=self._sleep)
-
-    def fetch_chunks(self, fi: p.FetchInfo) -> list[bytes]:
-        """Fetch and decode the chunks ``[fi.chunk_start, fi.chunk_end)`` a fetch entry names.
-
-        Raises:
-            RemoteError: transfer failure, or bytes that are not the chunks announced.
-        """
-        raw = self.fetch_xorb_range(fi.url, fi.byte_start, fi.byte_end)
-        try:
-            return decode_chunks(raw, expected_count=fi.chunk_end - fi.chunk_start)
-        except FormatError as e:
-            raise RemoteError(f"xorb range {strip_credentials(fi.url)}: {e}") from None
-
-    def iter_file(
-        self,
-        file_hash_: bytes,
-        byte_range: tuple[int, int] | None = None,
-        *,
-        verify: bool = True,
-        chunk_hashes: Mapping[str, Sequence[bytes]] | None = None,
-    ) -> Iterator[bytes]:
-        """Yield the bytes of a file (or of ``[start, end)``) in order, fetched in parallel.
-
-        With ``verify`` a whole-file read is checked against the file hash at the end (an
-        :class:`IntegrityError` is raised after the last piece). ``chunk_hashes`` maps a
-        xorb's hex to its chunk hashes (from :meth:`get_file_shard`); when given, every
-        decoded chunk is checked against it, which also covers ranged reads.
-        """
-        want_start = 0 if byte_range is None else byte_range[0]
-        want_end = None if byte_range is None else byte_range[1]
-        check_file = verify and byte_range is None
-        entries: list[tuple[bytes, int]] = []
-        recon = self.get_reconstruction(file_hash_, byte_range)
-        out_pos = want_start  # file offset of the next byte to yield
-        next_chunk = want_start - recon.offset_into_first_range  # where the next chunk starts
-        refreshes = 0
-        while True:
-            try:
-                for term, chunks in self._term_chunks(recon):
-                    if chunk_hashes is not None:
-                        self._check_chunks(term, chunks, chunk_hashes)
-                    for c in chunks:
-                        c_start = next_chunk
-                        next_chunk += len(c)
-                        if check_file:
-                            entries.append((chunk_hash(c), len(c)))
-                        if next_chunk <= out_pos:
-                            continue
-                        hi = len(c) if want_end is None else min(len(c), want_end - c_start)
-                        lo = out_pos - c_start
-                        if hi > lo:
-                            yield c[lo:hi] if lo or hi < len(c) else c
-                            out_pos = c_start + hi
-                        if want_end is not None and out_pos >= want_end:
-                            return
-                break
-            except AuthError as e:
-                # A data URL expired mid-download (403): ask again for the rest, starting
-                # at the next chunk so hashing and offsets carry on seamlessly.
-                if e.status != 403 or refreshes >= 3:
-                    raise
-                refreshes += 1
-                recon = self.get_reconstruction(file_hash_, (next_chunk, want_end))
-                if recon.offset_into_first_range:
-                    raise RemoteError(
-                        f"reconstruction of {to_hex(file_hash_)}: a range starting on a chunk "
-                        "boundary came back with an offset"
-                    ) from None
-        if check_file and file_hash(entries) != file_hash_:
-            raise IntegrityError("file", to_hex(file_hash_), "downloaded chunks do not hash to it")
-
-    @staticmethod
-    def _check_chunks(
-        term: p.Term, chunks: list[bytes], known: Mapping[str, Sequence[bytes]]
-    ) -> None:
-        hashes = known.get(term.xorb_hex)
-        if hashes is None or len(hashes) < term.chunk_end:
-            raise IntegrityError("xorb", term.xorb_hex, "no chunk hashes known to verify against")
-        for i, c in enumerate(chunks):
-            if chunk_hash(c) != hashes[term.chunk_start + i]:
-                raise IntegrityError(
-                    "xorb", term.xorb_hex, f"chunk {term.chunk_start + i} does not match its hash"
-                )
-
-    def _term_chunks(self, recon: p.Reconstruction) -> Iterator[tuple[p.Term, list[bytes]]]:
-        """Each term with its decoded chunks, fetching distinct ranges once, in parallel.
-
-        ``max_parallel`` fetches run at once and at most ``2 * max_parallel`` ranges are
-        held ahead of the term being yielded; a range is dropped after its last term.
-        """
-        terms = recon.terms
-        fis = [recon.fetch_for(t) for t in terms]
-        keys = [(f.url, f.byte_start, f.byte_end) for f in fis]
-        last_use = {k: i for i, k in enumerate(keys)}
-        futures: dict[tuple[str, int, int], Future[list[bytes]]] = {}
-        order = list(dict.fromkeys(keys))  # distinct ranges in order of first use
-        by_key = dict(zip(keys, fis, strict=True))
-        next_submit = 0
-        window = 2 * self.max_parallel  # ranges held (in flight or fetched, not yet used)
-        with ThreadPoolExecutor(self.max_parallel, thread_name_prefix="gitxet-fetch") as ex:
-            try:
-                for i, (term, fi, k) in enumerate(zip(terms, fis, keys, strict=True)):
-                    # Keep the pool busy ahead of the reader, and make sure the range this
-                    # term needs is on its way even when the window is full of reused ones.
-                    while next_submit < len(order) and (len(futures) < window or k not in futures):
-                        nk = order[next_submit]
-                        futures[nk] = ex.submit(self.fetch_chunks, by_key[nk])
-                        next_submit += 1
-                    unit = futures[k].result()
-                    if last_use[k] == i:
-                        del futures[k]
-                    chunks = unit[
-                        term.chunk_start - fi.chunk_start : term.chunk_end - fi.chunk_start
-                    ]
-                    if sum(len(c) for c in chunks) != term.unpacked_length:
-                        raise RemoteError(
-                            f"term {i} of xorb {term.xorb_hex}: decoded length differs from "
-                            f"unpacked_length {term.unpacked_length}"
-                        )
-                    yield term, chunks
-            finally:
-                for f in futures.values():
-                    f.cancel()
-
-    def download(
-        self,
-        file_hash_: bytes,
-        out: BinaryIO,
-        byte_range: tuple[int, int] | None = None,
-        *,
-        verify: bool = True,
-    ) -> int:
-        """Write a file (or ``[start, end)`` of it) to ``out``; returns the bytes written.
-
-        See :meth:`iter_file` for what is verified.
-        """
-        n = 0
-        for piece in self.iter_file(file_hash_, byte_range, verify=verify):
-            out.write(piece)
-            n += len(piece)
-        return n
-
-    def read_range(self, file_hash_: bytes, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of a file (structurally checked; see :meth:`iter_file`)."""
-        return b"".join(self.iter_file(file_hash_, (start, end), verify=False))
+        self._retrying(attempt)
+        return buf
 
     def get_file_shard(self, file_hash_: bytes) -> Shard:
         """The file's block plus the CAS blocks of its xorbs (gitxet extension route).
@@ -565,30 +517,6 @@ class CASClient:
             raise RemoteError(f"shard of {fx}: {e}") from None
         return [r.content]
 
-    def read_xorb_chunks(
-        self, xorb_hash: bytes, start: int, end: int, location: p.XorbLocation | None = None
-    ) -> list[bytes]:
-        """Decoded chunks ``[start, end)`` of a xorb, each verified against its hash.
-
-        Pass a ``location`` from :meth:`xorb_location` to save a request (its URL must not
-        have expired).
-
-        Raises:
-            IndexError: the range is not inside the xorb.
-            IntegrityError: a chunk does not match its hash.
-        """
-        loc = location or self.xorb_location(xorb_hash)
-        if not 0 <= start < end <= loc.num_chunks:
-            raise IndexError(f"chunk range [{start}, {end}) outside a {loc.num_chunks}-chunk xorb")
-        fi = p.FetchInfo(start, end, loc.url, loc.byte_offsets[start], loc.byte_offsets[end] - 1)
-        chunks = self.fetch_chunks(fi)
-        for i, c in enumerate(chunks):
-            if chunk_hash(c) != loc.chunk_hashes[start + i]:
-                raise IntegrityError(
-                    "xorb", loc.xorb_hex, f"chunk {start + i} does not match its hash"
-                )
-        return chunks
-
     def download_xorb(self, xorb_hash: bytes) -> bytes:
         """The whole serialized xorb (no footer), verified against ``xorb_hash``.
 
@@ -603,7 +531,7 @@ class CASClient:
             raise IntegrityError(
                 "xorb", loc.xorb_hex, f"downloaded bytes are not a xorb ({e})"
             ) from None
-        return body
+        return bytes(body)
 
     # ---- uploads -----------------------------------------------------------------------
 
@@ -611,7 +539,9 @@ class CASClient:
         """Upload a serialized xorb (no footer); ``False`` if the server already had it.
 
         Uses the upload-grant flow when the server offers it (a 404 on the grant route
-        switches this client to ``POST /v1/xorbs`` for good).
+        switches this client to ``POST /v1/xorbs`` for good). The whole flow (grant, PUT,
+        commit) is one attempt of the retry loop: an expired grant (PUT 403) or data that
+        did not arrive (commit 404) starts it over.
 
         Raises:
             AuthError: missing token or read-only scope.
@@ -620,90 +550,52 @@ class CASClient:
         hx = to_hex(xorb_hash)
         what = f"upload of xorb {hx}"
         if self._grants is not False:
-            done = self._upload_with_grant(hx, body, what)
+            req = p.grant_request(len(body), p.crc64nvme(body))
+            done = self._retrying(lambda: self._grant_attempt(hx, body, req, what))
             if done is not None:
                 return done
         r = self._request("POST", self._url(p.xorb_route(hx)), what=what, content=body)
         doc = self._json(r, what)
         return bool(doc.get("was_inserted", True)) if isinstance(doc, dict) else True
 
-    def _upload_with_grant(self, hx: str, body: bytes, what: str) -> bool | None:
-        """The grant flow; ``None`` when the server has no grant route."""
-        req = p.grant_request(len(body), p.crc64nvme(body))
-        for _ in range(3):
-            r = self._request(
-                "POST",
-                self._url(p.xorb_grant_route(hx)),
-                what=what,
-                json_body=req,
-                ok=(200, 201, 404),
-            )
-            if r.status_code == 404:
-                self._grants = False
-                return None
-            self._grants = True
-            if r.status_code == 200:
-                return False
-            grant = p.Grant.from_json(self._json(r, what))
-            put = self._request(
-                grant.method,
-                grant.url,
-                what=what,
-                auth=False,
-                headers=grant.headers,
-                content=body,
-                ok=(200, 201, 204, 403, 412),
-            )
-            if put.status_code == 412:
-                return False
-            if put.status_code == 403:  # grant expired: ask again
-                continue
-            c = self._request(
-                "POST", self._url(p.xorb_commit_route(hx, grant.id)), what=what, ok=(200, 404)
-            )
-            if c.status_code == 404:  # the data did not arrive: ask again
-                continue
-            doc = self._json(c, what) if c.content else {}
-            return bool(doc.get("was_inserted", True)) if isinstance(doc, dict) else True
-        raise RemoteError(f"{what}: the upload grant was refused three times")
-
-    def upload_xorbs(
-        self,
-        items: Iterable[tuple[bytes, bytes]],
-        on_done: Callable[[bytes, bool], None] | None = None,
-    ) -> dict[bytes, bool]:
-        """Upload ``(xorb_hash, body)`` pairs, ``max_parallel`` at a time.
-
-        At most ``2 * max_parallel`` bodies are held at once, so ``items`` may be a lazy
-        generator reading xorbs from disk. Returns ``{hash: was_inserted}``.
-        """
-        out: dict[bytes, bool] = {}
-        pending: dict[Future[bool], bytes] = {}
-        with ThreadPoolExecutor(self.max_parallel, thread_name_prefix="gitxet-upload") as ex:
-
-            def drain(limit: int) -> None:
-                while len(pending) > limit:
-                    fut = next(iter(pending))
-                    h = pending.pop(fut)
-                    out[h] = fut.result()
-                    if on_done is not None:
-                        on_done(h, out[h])
-
-            try:
-                for h, body in items:
-                    pending[ex.submit(self.upload_xorb, h, body)] = h
-                    drain(2 * self.max_parallel)
-                drain(0)
-            finally:
-                for fut in pending:
-                    fut.cancel()
-        return out
+    def _grant_attempt(self, hx: str, body: bytes, req: Any, what: str) -> bool | None:
+        """One pass of the grant flow; ``None`` when the server has no grant route."""
+        r = self._send(
+            "POST", self._url(p.xorb_grant_route(hx)), what=what, json_body=req, ok=(200, 201, 404)
+        )
+        if r.status_code == 404:
+            self._grants = False
+            return None
+        self._grants = True
+        if r.status_code == 200:
+            return False
+        grant = p.Grant.from_json(self._json(r, what))
+        put = self._send(
+            grant.method,
+            grant.url,
+            what=what,
+            auth=False,
+            headers=grant.headers,
+            content=body,
+            ok=(200, 201, 204, 403, 412),
+        )
+        if put.status_code == 412:
+            return False
+        if put.status_code == 403:
+            raise Retry(RemoteError(f"{what}: the upload grant expired before the data"))
+        c = self._send(
+            "POST", self._url(p.xorb_commit_route(hx, grant.id)), what=what, ok=(200, 404)
+        )
+        if c.status_code == 404:
+            raise Retry(RemoteError(f"{what}: the server did not receive the granted data"))
+        doc = self._json(c, what) if c.content else {}
+        return bool(doc.get("was_inserted", True)) if isinstance(doc, dict) else True
 
     def upload_shard(self, data: bytes) -> bool:
         """Register an upload shard (after its xorbs); ``False`` if it was already known.
 
-        Tries ``/v2/shards`` (NDJSON progress frames) and falls back to ``/v1/shards`` on
-        404 or 501, remembering the choice.
+        Tries ``/v2/shards`` (NDJSON progress frames; a retryable error frame is retried
+        like a 503) and falls back to ``/v1/shards`` on 404 or 501, remembering the choice.
 
         Raises:
             AuthError: missing token or read-only scope.
@@ -711,41 +603,34 @@ class CASClient:
                 wrong verification hash) or failed.
         """
         what = "shard upload"
-
-        def attempt_v2(_: int) -> bool | None:
-            """The V2 result, or ``None`` for a server without V2."""
-            r = self._send_once(
-                "POST",
-                self._url(p.SHARDS_V2),
-                what=what,
-                content=data,
-                headers={"Content-Type": p.OCTET},
-                ok=(200, 404, 501),
-            )
-            if r.status_code != 200:
-                self._shards_v2 = False
-                return None
-            self._shards_v2 = True
-            result, retryable, message = self._ndjson_result(r.text)
-            if result is not None:
-                return result
-            error = RemoteError(f"{what}: {message}", 200)
-            if retryable:
-                raise Retry(error)
-            raise error
-
+        hdrs = {"Content-Type": p.OCTET}
         if self._shards_v2 is not False:
-            # one retry budget for both transport failures and retryable error frames
-            done = retry_call(attempt_v2, self.retry, sleep=self._sleep)
+
+            def v2() -> bool | None:
+                r = self._send(
+                    "POST",
+                    self._url(p.SHARDS_V2),
+                    what=what,
+                    content=data,
+                    headers=hdrs,
+                    ok=(200, 404, 501),
+                )
+                if r.status_code != 200:
+                    self._shards_v2 = False
+                    return None
+                self._shards_v2 = True
+                result, retryable, message = self._ndjson_result(r.text)
+                if result is not None:
+                    return result
+                err = RemoteError(f"{what}: {message}", 200)
+                if retryable:
+                    raise Retry(err)
+                raise err
+
+            done = self._retrying(v2)
             if done is not None:
                 return done
-        r = self._request(
-            "POST",
-            self._url(p.SHARDS_V1),
-            what=what,
-            content=data,
-            headers={"Content-Type": p.OCTET},
-        )
+        r = self._request("POST", self._url(p.SHARDS_V1), what=what, content=data, headers=hdrs)
         doc = self._json(r, what)
         return bool(doc.get("result", 1)) if isinstance(doc, dict) else True
 

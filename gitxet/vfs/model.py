@@ -418,6 +418,27 @@ class CommitFS:
             return self._read_pointer(node, info.pointer, offset, size)
         return self._read_plain(node, info.size, offset, size)
 
+    def try_read(self, ino: int, offset: int, size: int) -> bytes | None:
+        """:meth:`read` of a pointer file's bytes the data source holds verified in its
+        cache (one ``pread``), or ``None`` when serving them could wait on a network (or
+        needs :meth:`read`'s checks and error reporting): the caller then calls
+        :meth:`read` where blocking is fine. Cheap enough for an event loop."""
+        node = self._nodes.get(ino)
+        if node is None or node.kind is not NodeKind.FILE or offset < 0 or size <= 0:
+            return None
+        with self._lock:
+            info = self._infos.get(node.sha)
+        if info is None or info.pointer is None or offset >= info.size:
+            return None
+        with self._lock:
+            reader = self._readers.get(info.pointer.xet_hash)
+        if reader is None or reader.size != info.pointer.size:
+            return None
+        try:
+            return reader.read_cached(offset, size)
+        except Exception:
+            return None  # read() reports it
+
     def chunk_extent(self, ino: int, offset: int) -> tuple[int, int] | None:
         """The byte range of the stored chunk holding ``offset`` of a pointer file.
 

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from gitxet.chunking import Chunker
 from gitxet.formats.shard import FileTerm, XorbInfo, make_file_info, upload_shard_for
@@ -164,3 +165,101 @@ def server_process(root: str, storage: str | None, log_path: str) -> Iterator[st
             yield f"http://127.0.0.1:{port}"
         finally:
             stop_process(proc)
+
+
+def read_back(client: Any, file_hash_: bytes, byte_range: tuple[int, int] | None = None) -> bytes:
+    """A file (or bytes ``[a, b)`` of it) read from a CAS through gitxet's one remote read
+    path: :class:`RemoteChunkSource` and :class:`FileReader` over a fresh node cache.
+    Every chunk is verified and the file's structure is checked against its hash."""
+    import io
+    import tempfile
+
+    from gitxet.data.reconstruct import FileReader
+    from gitxet.data.remote_source import RemoteChunkSource
+    from gitxet.store.nodecache import NodeCache
+
+    with tempfile.TemporaryDirectory() as d:
+        cache = NodeCache(os.path.join(d, "ranges"), 1 << 30)
+        src = RemoteChunkSource(client, cache, os.path.join(d, "shards"))
+        try:
+            reader = FileReader(src, file_hash_)
+            if byte_range is None:
+                out = io.BytesIO()
+                reader.copy_to(out)
+                return out.getvalue()
+            a, b = byte_range
+            return reader.read(a, b - a)
+        finally:
+            src.close()
+            cache.close()
+
+
+class DataServer:
+    """A plain HTTP server on 127.0.0.1 serving byte ranges of blobs (``GET path`` with a
+    ``Range`` header), like a CAS's signed data URLs; ``fault(path, start, end)`` may
+    return ``("status", code)``, ``("cut", n)`` (send the headers of the whole range, then
+    only ``n`` bytes and close) or ``None`` (serve normally). Records each request."""
+
+    def __init__(
+        self,
+        blobs: dict[str, bytes],
+        fault: Any = None,
+    ) -> None:
+        import http.server
+        import threading
+
+        self.blobs = blobs
+        self.fault = fault
+        self.requests: list[tuple[str, str]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                path = self.path
+                rng = self.headers.get("Range", "")
+                outer.requests.append((path, rng))
+                blob = outer.blobs.get(path.split("?")[0])
+                if blob is None:
+                    self._send(404, b"no such blob")
+                    return
+                a, _, b = rng.removeprefix("bytes=").partition("-")
+                start, end = int(a), int(b) if b else len(blob) - 1
+                action = outer.fault(path, start, end) if outer.fault else None
+                if action is not None and action[0] == "status":
+                    self._send(action[1], b'{"error": "injected"}')
+                    return
+                body = blob[start : end + 1]
+                self.send_response(206)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if action is not None and action[0] == "cut":
+                    self.wfile.write(body[: action[1]])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                self.wfile.write(body)
+
+            def _send(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> DataServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(10)

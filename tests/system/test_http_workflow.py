@@ -150,7 +150,7 @@ def test_xet_paths_use_the_cli_settings(
     storage options; plain git pushes with the credential helper (no token in the URL)."""
     import fsspec
 
-    from gitxet.data.remote_source import chunk_cache_bytes
+    from gitxet.data.remote_source import node_cache_bytes
     from gitxet.fsspec import xet_url
 
     host, write, _ = srv
@@ -168,7 +168,7 @@ def test_xet_paths_use_the_cli_settings(
     pushed = run("git", "push", "-q", "origin", "main", cwd=work, env=tok)
 
     cache = tmp_path / "cache"  # GITXET_CACHE_DIR (the srv fixture sets it)
-    assert chunk_cache_bytes(str(cache)) == 0
+    assert node_cache_bytes(str(cache)) == 0
     monkeypatch.setenv("GITXET_TOKEN", write)
     xfs = fsspec.filesystem("xet")
     try:
@@ -177,7 +177,7 @@ def test_xet_paths_use_the_cli_settings(
     finally:
         xfs.close()
         type(xfs).clear_instance_cache()
-    assert chunk_cache_bytes(str(cache)) >= len(data)
+    assert node_cache_bytes(str(cache)) >= len(data)
     xdg_default = Path(os.environ["XDG_CACHE_HOME"]) / "gitxet"
     assert not xdg_default.exists()  # nothing went to the default cache
     # the CLI fills and reads the same cache

@@ -1,7 +1,8 @@
-"""RemoteChunkSource against a real CAS server: both fetch paths count the same bytes."""
+"""RemoteChunkSource against a real CAS server: both fetch paths, one fetch per range."""
 
 from __future__ import annotations
 
+import io
 import random
 import threading
 from collections.abc import Iterator
@@ -9,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from gitxet.data.remote_source import DiskChunkCache, RemoteChunkSource
+from gitxet.data.reconstruct import FileReader
+from gitxet.data.remote_source import RemoteChunkSource
 from gitxet.remote.client import CASClient
 from gitxet.server.auth import TokenStore
 from gitxet.server.run import BackgroundServer, ServerConfig
+from gitxet.store.nodecache import NodeCache
 from tests.helpers.server_env import Upload, build_upload
 
 
@@ -40,26 +43,44 @@ def test_fetched_bytes_are_the_decoded_bytes_on_either_path(
     url, token, up = served
     assert len(up.xorb.body) < len(up.data)  # compressed on the wire
     with CASClient(url, token) as client:
-        src = RemoteChunkSource(client, DiskChunkCache(str(tmp_path / "cache")))
+        cache = NodeCache(str(tmp_path / "ranges"), 1 << 30)
+        src = RemoteChunkSource(client, cache, str(tmp_path / "shards"))
         src._no_locations = path == "reconstruction entries"
         assert src.warm([up.file_hash]) == len(up.data)
-        assert src.cache.fetched_bytes == len(up.data)
+        assert src.fetched_bytes == len(up.data) == cache.total_bytes
         assert src.warm([up.file_hash]) == 0  # all cached now
+        out = io.BytesIO()
+        FileReader(src, up.file_hash).copy_to(out)
+        assert out.getvalue() == up.data and src.fetched_bytes == len(up.data)
+        src.close()
+        cache.close()
 
 
-def test_counters_are_exact_under_concurrency(tmp_path: Path) -> None:
-    cache = DiskChunkCache(str(tmp_path / "cache"))
-    chunk = [b"x" * 1000]
-    start = threading.Barrier(8)
+def test_concurrent_readers_share_each_fetch(
+    served: tuple[str, str, Upload], tmp_path: Path
+) -> None:
+    url, token, up = served
+    with CASClient(url, token) as client:
+        cache = NodeCache(str(tmp_path / "ranges"), 1 << 30)
+        src = RemoteChunkSource(client, cache, str(tmp_path / "shards"))
+        reader = FileReader(src, up.file_hash)
+        start = threading.Barrier(8)
+        got: list[bytes] = []
 
-    def count() -> None:
-        start.wait()
-        for _ in range(2000):
-            cache.note_fetched(chunk)
+        def read() -> None:
+            start.wait()
+            parts, off = [], 0
+            while off < reader.size:
+                parts.append(reader.read(off, 100_000))
+                off += len(parts[-1])
+            got.append(b"".join(parts))
 
-    threads = [threading.Thread(target=count) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert cache.fetched_bytes == 8 * 2000 * 1000
+        threads = [threading.Thread(target=read) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert got == [up.data] * 8
+        assert src.fetched_bytes == len(up.data)  # every range fetched once
+        src.close()
+        cache.close()

@@ -145,6 +145,7 @@ def test_hf_xet_session_uploads_through_discovery(gsrv: GitSrv) -> None:
     hf_xet = pytest.importorskip("hf_xet")
     from gitxet.hashing import from_hex
     from gitxet.remote.client import CASClient
+    from tests.helpers.server_env import read_back
 
     data = random.Random(5).randbytes(900_000)
     with hf_xet.XetSession().new_upload_commit(
@@ -155,4 +156,4 @@ def test_hf_xet_session_uploads_through_discovery(gsrv: GitSrv) -> None:
     info = handle.result().xet_info
     assert info.file_size == len(data)
     with CASClient(f"http://{gsrv.host}", gsrv.read) as c:
-        assert b"".join(c.iter_file(from_hex(info.hash))) == data
+        assert read_back(c, from_hex(info.hash)) == data

@@ -1,10 +1,11 @@
-"""CASClient against httpx.MockTransport: fallbacks, grants, retries, resume, verification."""
+"""CASClient: the API against httpx.MockTransport (fallbacks, grants, retries), ranged data
+GETs against a real loopback HTTP server (resume, short bodies, retries)."""
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -14,7 +15,7 @@ from gitxet.formats.shard import parse_shard
 from gitxet.hashing import to_hex
 from gitxet.remote import protocol as p
 from gitxet.remote.client import CASClient, RetryPolicy, discover
-from tests.helpers.server_env import Upload, build_upload
+from tests.helpers.server_env import DataServer, Upload, build_upload
 
 TOKEN = "gxt_000000000000_secret-token-value-that-must-not-leak-anywhere"
 EP = "http://cas.test"
@@ -142,109 +143,62 @@ def test_auth_errors_do_not_leak_the_token(status: int, word: str) -> None:
     assert TOKEN not in str(ei.value)
 
 
-# ---- downloads --------------------------------------------------------------------------------
+# ---- ranged GETs of data URLs (a real loopback HTTP server) -------------------------------------
 
 
-def recon_handler(u: Upload, body: bytes | None = None) -> Handler:
-    def h(req: httpx.Request) -> httpx.Response:
-        if req.url.host == "data.test":
-            return serve_data(u, req, body)
-        r = recon_for(u)
-        if "range" in req.headers:  # one term covers everything: skip to the range start
-            a, _ = p.parse_range_header(req.headers["range"])
-            r = p.Reconstruction(r.terms, r.fetch, a)
-        return httpx.Response(200, json=r.to_v2())
-
-    return h
-
-
-def test_download_whole_file_is_verified(upload: Upload) -> None:
-    c = client(recon_handler(upload))
-    assert b"".join(c.iter_file(upload.file_hash)) == upload.data
-    assert c.read_range(upload.file_hash, 1000, 2000) == upload.data[1000:2000]
-
-
-def test_download_detects_substituted_content(upload: Upload) -> None:
-    other = build_upload(random.Random(10).randbytes(300_000))
-    # The server claims the file is a xorb that decodes fine but holds other chunks.
-    c = client(recon_handler(other))
-    with pytest.raises((IntegrityError, RemoteError)):
-        b"".join(c.iter_file(upload.file_hash))
-
-
-def test_chunk_hashes_verify_ranged_reads(upload: Upload) -> None:
-    from gitxet.formats.xorb import serialize_xorb
-    from tests.helpers.server_env import chunk
-
-    chunks = chunk(upload.data)
-    chunks[0] = bytes([chunks[0][0] ^ 1]) + chunks[0][1:]  # same sizes, other content
-    forged = serialize_xorb(chunks).body
-    known = {to_hex(upload.xorb.hash): upload.xorb.chunk_hashes}
-    n = len(chunks)
-    hx = to_hex(upload.xorb.hash)
-
-    def h(req: httpx.Request) -> httpx.Response:
-        if req.url.host == "data.test":
-            return serve_data(upload, req, forged)
-        fi = p.FetchInfo(0, n, DATA_URL, 0, len(forged) - 1)
-        return httpx.Response(
-            200, json=p.Reconstruction([p.Term(hx, 0, n, len(upload.data))], {hx: [fi]}).to_v2()
-        )
-
-    with pytest.raises(IntegrityError, match="chunk 0 does not match its hash"):
-        b"".join(client(h).iter_file(upload.file_hash, (0, 10), chunk_hashes=known))
-    # Without the hashes a ranged read cannot tell (documented); a whole read can.
-    assert len(client(h).read_range(upload.file_hash, 0, 10)) == 10
-    with pytest.raises(IntegrityError, match="do not hash"):
-        b"".join(client(h).iter_file(upload.file_hash))
-
-
-class _Broken(httpx.SyncByteStream):
-    """A body that delivers ``data`` and then drops the connection."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def __iter__(self) -> Iterator[bytes]:
-        yield self.data
-        raise httpx.ReadError("connection reset")
+def test_ranged_get_reads_exactly_the_range(upload: Upload) -> None:
+    body = upload.xorb.body
+    with DataServer({"/x": body}) as ds:
+        c = client(lambda req: httpx.Response(404))
+        url = f"{ds.url}/x?sig=SIGNATURE"
+        assert c.fetch_xorb_range(url, 0, len(body) - 1) == body
+        into = bytearray(10)
+        assert c.fetch_xorb_range(url, 5, 14, into) is into and into == body[5:15]
+        assert ds.requests[0] == ("/x?sig=SIGNATURE", f"bytes=0-{len(body) - 1}")
+        c.close()
 
 
 def test_ranged_get_resumes_after_a_broken_body(upload: Upload) -> None:
-    ranges: list[str] = []
+    body = upload.xorb.body
+    cuts = [1000]
 
-    def h(req: httpx.Request) -> httpx.Response:
-        ranges.append(req.headers["range"])
-        a, b = p.parse_range_header(req.headers["range"])
-        assert b is not None
-        part = upload.xorb.body[a : b + 1]
-        if len(ranges) == 1:
-            return httpx.Response(206, stream=_Broken(part[:1000]))
-        return httpx.Response(206, content=part)
+    def fault(path: str, start: int, end: int) -> tuple[str, int] | None:
+        return ("cut", cuts.pop()) if cuts else None
 
-    body = client(h).fetch_xorb_range(DATA_URL, 0, len(upload.xorb.body) - 1)
-    assert body == upload.xorb.body
-    assert ranges == [
-        f"bytes=0-{len(upload.xorb.body) - 1}",
-        f"bytes=1000-{len(upload.xorb.body) - 1}",
-    ]
+    with DataServer({"/x": body}, fault) as ds:
+        c = client(lambda req: httpx.Response(404))
+        assert c.fetch_xorb_range(f"{ds.url}/x", 0, len(body) - 1) == body
+        assert [r for _, r in ds.requests] == [
+            f"bytes=0-{len(body) - 1}",
+            f"bytes=1000-{len(body) - 1}",
+        ]
+        c.close()
 
 
 def test_short_body_is_an_error_and_redacts_the_query(upload: Upload) -> None:
-    def h(req: httpx.Request) -> httpx.Response:
-        return httpx.Response(206, content=b"")
+    with DataServer({"/x": upload.xorb.body}, lambda p, a, b: ("cut", 0)) as ds:
+        sleeps: list[float] = []
+        c = client(lambda req: httpx.Response(404), sleeps)
+        with pytest.raises(RemoteError, match=r"got 0 of 10 bytes") as ei:
+            c.fetch_xorb_range(f"{ds.url}/x?sig=SIGNATURE", 0, 9)
+        assert "SIGNATURE" not in str(ei.value)
+        assert len(ds.requests) == 4 and len(sleeps) == 3  # one budget of attempts
+        c.close()
 
-    with pytest.raises(RemoteError, match="got 0 of 10 bytes") as ei:
-        client(h).fetch_xorb_range(DATA_URL, 0, 9)
-    assert "SIGNATURE" not in str(ei.value)
 
+def test_data_url_403_is_an_auth_error_and_503_is_retried(upload: Upload) -> None:
+    statuses = [503, 403]
 
-def test_data_url_403_is_an_auth_error() -> None:
-    def h(req: httpx.Request) -> httpx.Response:
-        return httpx.Response(403, json={"error": "expired"})
+    def fault(path: str, start: int, end: int) -> tuple[str, int] | None:
+        return ("status", statuses.pop(0)) if statuses else None
 
-    with pytest.raises(AuthError):
-        client(h).fetch_xorb_range(DATA_URL, 0, 9)
+    with DataServer({"/x": upload.xorb.body}, fault) as ds:
+        c = client(lambda req: httpx.Response(404))
+        with pytest.raises(AuthError):
+            c.fetch_xorb_range(f"{ds.url}/x", 0, 9)
+        assert len(ds.requests) == 2
+        assert c.fetch_xorb_range(f"{ds.url}/x", 0, 9) == upload.xorb.body[:10]
+        c.close()
 
 
 # ---- uploads ------------------------------------------------------------------------------------
@@ -328,10 +282,28 @@ def test_grant_retries_on_expired_put_and_missing_commit() -> None:
     assert sum(1 for e in log if "xorb-grants" in e) == 3
 
 
-def test_grant_gives_up_after_three() -> None:
-    h, _ = grant_server({"put_fail": 5})
-    with pytest.raises(RemoteError, match="three times"):
+def test_grant_gives_up_after_the_retry_budget() -> None:
+    h, log = grant_server({"put_fail": 5})
+    with pytest.raises(RemoteError, match="expired before the data"):
         client(h).upload_xorb(XH, b"XORB-BYTES")
+    # one attempt budget (4 in these tests) for the whole flow: nothing nests
+    assert sum(1 for e in log if "xorb-grants" in e) == 4
+
+
+def test_transient_failures_inside_a_grant_share_one_budget() -> None:
+    h, _ = grant_server({})
+    calls = 0
+
+    def flaky(req: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if req.url.host == "up.test":
+            return httpx.Response(503)
+        return h(req)
+
+    with pytest.raises(RemoteError, match="HTTP 503"):
+        client(flaky).upload_xorb(XH, b"XORB-BYTES")
+    assert calls == 8  # 4 attempts of (grant, PUT): not 4 x 4
 
 
 def test_no_grants_falls_back_to_post_and_remembers() -> None:
@@ -344,17 +316,6 @@ def test_no_grants_falls_back_to_post_and_remembers() -> None:
         f"POST /v1/xorbs/default/{XP}",
         f"POST /v1/xorbs/default/{XP}",
     ]
-
-
-def test_upload_xorbs_in_parallel() -> None:
-    h, _log = grant_server({"no_grants": True})
-    c = client(h, max_parallel=3)
-    c._grants = False
-    done: list[bytes] = []
-    out = c.upload_xorbs(
-        ((bytes([i]) * 32, b"XORB-BYTES") for i in range(10)), lambda k, v: done.append(k)
-    )
-    assert len(out) == 10 and all(out.values()) and len(done) == 10
 
 
 def _ndjson(*frames: dict[str, object]) -> str:
@@ -473,78 +434,6 @@ def test_discover() -> None:
         discover("http://git.test/x.git", http=httpx.Client(transport=httpx.MockTransport(missing)))
 
 
-def test_ranges_are_fetched_in_parallel_and_once(upload: Upload) -> None:
-    import threading
-
-    n = len(upload.xorb.chunk_sizes)
-    hx = to_hex(upload.xorb.hash)
-    offs = upload.xorb.byte_offsets
-    sizes = upload.xorb.chunk_sizes
-    # One term per chunk, each with its own fetch entry, plus the first chunk again at the end.
-    order = [*range(n), 0]
-    terms = [p.Term(hx, i, i + 1, sizes[i]) for i in order]
-    fetch = {
-        hx: [p.FetchInfo(i, i + 1, f"{DATA_URL}&r={i}", offs[i], offs[i + 1] - 1) for i in range(n)]
-    }
-    active = peak = 0
-    fetched: list[str] = []
-    lock = threading.Condition()
-
-    def h(req: httpx.Request) -> httpx.Response:
-        nonlocal active, peak
-        if req.url.host != "data.test":
-            return httpx.Response(200, json=p.Reconstruction(terms, fetch).to_v2())
-        with lock:
-            active += 1
-            peak = max(peak, active)
-            fetched.append(req.headers["range"])
-            lock.notify_all()
-            if len(fetched) == 1:  # the first range waits for a second one to be in flight
-                lock.wait_for(lambda: peak >= 2, timeout=10)
-        with lock:
-            active -= 1
-        return serve_data(upload, req)
-
-    c = client(h, max_parallel=3)
-    data = b"".join(c.iter_file(upload.file_hash, (0, len(upload.data) + sizes[0]), verify=False))
-    assert data == upload.data + upload.data[: sizes[0]]
-    assert len(fetched) == n  # the repeated first chunk is not fetched twice
-    assert 2 <= peak <= 3
-
-
-def test_expired_data_urls_are_refreshed_mid_download(upload: Upload) -> None:
-    n = len(upload.xorb.chunk_sizes)
-    assert n >= 3
-    hx = to_hex(upload.xorb.hash)
-    offs, sizes = upload.xorb.byte_offsets, upload.xorb.chunk_sizes
-    starts = [sum(sizes[:i]) for i in range(n)]
-    recon_ranges: list[str | None] = []
-
-    def h(req: httpx.Request) -> httpx.Response:
-        if req.url.host == "data.test":
-            if req.url.params["gen"] == "1" and int(req.url.params["c"]) >= 2:
-                return httpx.Response(403, json={"error": "expired"})
-            return serve_data(upload, req)
-        rng = req.headers.get("range")
-        recon_ranges.append(rng)
-        k = 0 if rng is None else starts.index(p.parse_range_header(rng)[0])
-        gen = len(recon_ranges)
-        terms = [p.Term(hx, i, i + 1, sizes[i]) for i in range(k, n)]
-        fetch = {
-            hx: [
-                p.FetchInfo(
-                    i, i + 1, f"http://data.test/x?gen={gen}&c={i}", offs[i], offs[i + 1] - 1
-                )
-                for i in range(k, n)
-            ]
-        }
-        return httpx.Response(200, json=p.Reconstruction(terms, fetch).to_v2())
-
-    c = client(h, max_parallel=1)
-    assert b"".join(c.iter_file(upload.file_hash)) == upload.data  # and the file hash checks
-    assert recon_ranges == [None, f"bytes={starts[2]}-"]
-
-
 def _location(u: Upload, **changes: object) -> dict[str, object]:
     offs = [0]
     for size in u.xorb.chunk_sizes:
@@ -561,24 +450,18 @@ def _location(u: Upload, **changes: object) -> dict[str, object]:
     return doc
 
 
-def test_xorb_location_download_and_chunk_reads(upload: Upload) -> None:
-    def h(req: httpx.Request) -> httpx.Response:
-        if req.url.host == "data.test":
-            return serve_data(upload, req)
-        if req.url.path.endswith("00" * 32):
-            return httpx.Response(404)
-        return httpx.Response(200, json=_location(upload))
+def test_xorb_location_and_download(upload: Upload) -> None:
+    with DataServer({"/x": upload.xorb.body}) as ds:
 
-    c = client(h)
-    assert c.has_xorb(upload.xorb.hash) and not c.has_xorb(b"\x00" * 32)
-    assert c.download_xorb(upload.xorb.hash) == upload.xorb.body
-    chunks = c.read_xorb_chunks(upload.xorb.hash, 1, 3)
-    assert (
-        b"".join(chunks)
-        == upload.data[sum(upload.xorb.chunk_sizes[:1]) : sum(upload.xorb.chunk_sizes[:3])]
-    )
-    with pytest.raises(IndexError):
-        c.read_xorb_chunks(upload.xorb.hash, 0, 99)
+        def h(req: httpx.Request) -> httpx.Response:
+            if req.url.path.endswith("00" * 32):
+                return httpx.Response(404)
+            return httpx.Response(200, json=_location(upload, url=f"{ds.url}/x?sig=s"))
+
+        c = client(h)
+        assert c.has_xorb(upload.xorb.hash) and not c.has_xorb(b"\x00" * 32)
+        assert c.download_xorb(upload.xorb.hash) == upload.xorb.body
+        c.close()
 
 
 def test_xorb_location_is_checked_against_the_hash(upload: Upload) -> None:

@@ -1,0 +1,605 @@
+"""The node cache: verified xorb ranges on disk, shared by every reader on the machine.
+
+Every mount, ``xet://`` reader and checkout of an http(s) repository on a machine reads
+through one cache directory (``--cache-dir``). Its unit is a *range*: the decoded bytes of
+the consecutive chunks ``[cs, ce)`` of one xorb, in one file, exactly as a fetch brought
+them. A read of data the cache holds is one ``pread`` of exactly the bytes asked for.
+
+Layout under ``root``::
+
+    index.sqlite                    one row per range: xorb, chunks, bytes, last use; the total
+    data/<xx>/<xorb hex>.<cs>-<ce>  the decoded bytes of chunks [cs, ce)
+    tmp/                            ranges being written
+
+How it stays fast and bounded with many processes at once:
+
+* **Opening is O(1)**: the index is sqlite (WAL); nothing walks the directory tree.
+* **The cap holds under concurrent writers**: a writer *reserves* its range's bytes in the
+  index before it writes the file, evicting least recently used ranges in the same
+  transaction, so the bytes the index counts (ranges written plus ranges being written)
+  never exceed the cap, however many processes write.
+* **Eviction cost does not grow with the cache**: victims come from an index on last use.
+* **Last use is approximate**: hits are remembered in memory and written in one
+  transaction every few seconds, so a read never writes to the index.
+* **Integrity**: a range is written only from chunks verified against their hashes. A
+  process hashes each chunk of a range file once, the first time it reads it through its
+  open descriptor (the file could have been damaged since: a crash, a disk), and then
+  serves it with plain ``pread`` calls. A range whose file is missing, short or fails its
+  hashes is dropped, and the caller fetches the data again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from gitxet.errors import StoreError
+from gitxet.hashing import chunk_hash, to_hex
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ranges (
+    id INTEGER PRIMARY KEY,
+    xorb BLOB NOT NULL,
+    cs INTEGER NOT NULL,
+    ce INTEGER NOT NULL,
+    dlo INTEGER NOT NULL,
+    nbytes INTEGER NOT NULL,
+    ready INTEGER NOT NULL,
+    used REAL NOT NULL,
+    UNIQUE (xorb, cs, ce)
+);
+CREATE INDEX IF NOT EXISTS ranges_used ON ranges (used);
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta (k, v) VALUES ('total', 0);
+"""
+
+#: how often remembered hits are written to the index (seconds)
+TOUCH_INTERVAL = 2.0
+#: range files a process keeps open
+OPEN_FILES = 64
+#: temp files older than this are debris of killed writers (seconds)
+STALE_TMP = 3600.0
+_IOV_MAX = 1024
+
+
+class ChunkLayout(Protocol):
+    """What the cache needs to know of a xorb to verify its chunks."""
+
+    @property
+    def chunk_hashes(self) -> tuple[bytes, ...]: ...
+
+    @property
+    def data_offsets(self) -> tuple[int, ...]: ...
+
+
+@dataclass(slots=True)
+class _Range:
+    """A ready range this process knows of."""
+
+    rowid: int
+    cs: int
+    ce: int
+    dlo: int
+    dhi: int
+
+
+@dataclass(slots=True)
+class _Open:
+    """An open range file: the descriptor and which of its chunks were hashed through it."""
+
+    fd: int
+    verified: bytearray
+    checked: float = field(default=0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """What this process's cache object saw."""
+
+    hits: int
+    misses: int
+    stored_bytes: int
+    total_bytes: int
+
+
+def cache_total(root: str) -> int:
+    """Bytes the node cache at ``root`` holds, from its index (0 when there is none)."""
+    path = os.path.join(root, "index.sqlite")
+    if not os.path.exists(path):
+        return 0
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            row = conn.execute("SELECT v FROM meta WHERE k = 'total'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+    return int(row[0]) if row else 0
+
+
+class NodeCache:
+    """Verified decoded xorb ranges on disk, capped at ``max_bytes``; safe across processes."""
+
+    def __init__(self, root: str, max_bytes: int = 10 << 30) -> None:
+        self.root = os.path.abspath(root)
+        self.max_bytes = max(0, max_bytes)
+        self._data = os.path.join(self.root, "data")
+        self._tmp = os.path.join(self.root, "tmp")
+        try:
+            os.makedirs(self._data, mode=0o700, exist_ok=True)
+            os.makedirs(self._tmp, mode=0o700, exist_ok=True)
+            self._db = sqlite3.connect(
+                os.path.join(self.root, "index.sqlite"),
+                timeout=60,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as e:
+            raise StoreError(f"cannot open the cache at {self.root}: {e}") from None
+        self._db_lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the dicts below; never held during I/O
+        self._known: OrderedDict[bytes, list[_Range]] = OrderedDict()
+        self._open: OrderedDict[int, _Open] = OrderedDict()
+        self._retired: list[tuple[float, int]] = []
+        self._touched: dict[int, float] = {}
+        self._last_flush = time.monotonic()
+        self.hits = 0
+        self.misses = 0
+        self.stored_bytes = 0
+        self._sweep_tmp()
+
+    # ---- housekeeping ------------------------------------------------------------------
+
+    def _sweep_tmp(self) -> None:
+        cutoff = time.time() - STALE_TMP
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self._tmp):
+                p = os.path.join(self._tmp, name)
+                with contextlib.suppress(OSError):
+                    if os.stat(p).st_mtime < cutoff:
+                        os.unlink(p)
+
+    def close(self) -> None:
+        """Write remembered hits, close open range files and the index."""
+        self.flush()
+        with self._lock:
+            fds = [o.fd for o in self._open.values()] + [fd for _, fd in self._retired]
+            self._open.clear()
+            self._retired.clear()
+            self._known.clear()
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with self._db_lock:
+            self._db.close()
+
+    def _path(self, xorb: bytes, cs: int, ce: int) -> str:
+        hx = to_hex(xorb)
+        return os.path.join(self._data, hx[:2], f"{hx}.{cs}-{ce}")
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes held (ranges written and being written), from the index."""
+        with self._db_lock:
+            row = self._db.execute("SELECT v FROM meta WHERE k = 'total'").fetchone()
+        return int(row[0]) if row else 0
+
+    def stats(self) -> CacheStats:
+        return CacheStats(self.hits, self.misses, self.stored_bytes, self.total_bytes)
+
+    def flush(self) -> None:
+        """Write the last-use times of ranges read since the last flush."""
+        with self._lock:
+            touched, self._touched = self._touched, {}
+            self._last_flush = time.monotonic()
+        if not touched:
+            return
+        with contextlib.suppress(sqlite3.Error), self._db_lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany(
+                    "UPDATE ranges SET used = ? WHERE id = ?",
+                    [(t, rid) for rid, t in touched.items()],
+                )
+            finally:
+                self._db.execute("COMMIT")
+
+    # ---- finding ranges ----------------------------------------------------------------
+
+    def _load(self, xorb: bytes) -> list[_Range]:
+        """The ready ranges of ``xorb`` in the index, sorted by start (also remembered)."""
+        with self._db_lock:
+            rows = self._db.execute(
+                "SELECT id, cs, ce, dlo, nbytes FROM ranges WHERE xorb = ? AND ready = 1",
+                (xorb,),
+            ).fetchall()
+        found = sorted(
+            (
+                _Range(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[3]) + int(r[4]))
+                for r in rows
+            ),
+            key=lambda r: r.dlo,
+        )
+        with self._lock:
+            self._known[xorb] = found
+            self._known.move_to_end(xorb)
+            while len(self._known) > 4096:
+                self._known.popitem(last=False)
+        return found
+
+    @staticmethod
+    def _cover(ranges: list[_Range], lo: int, hi: int) -> list[_Range] | None:
+        """Ranges that together hold ``[lo, hi)``, in order, or None."""
+        out: list[_Range] = []
+        starts = [r.dlo for r in ranges]
+        pos = lo
+        while pos < hi:
+            i = bisect.bisect_right(starts, pos)
+            best: _Range | None = None
+            for r in reversed(ranges[max(0, i - 8) : i]):
+                if r.dhi > pos and (best is None or r.dhi > best.dhi):
+                    best = r
+            if best is None:
+                return None
+            out.append(best)
+            pos = best.dhi
+        return out
+
+    def _find(self, xorb: bytes, lo: int, hi: int) -> list[_Range] | None:
+        with self._lock:
+            known = self._known.get(xorb)
+        if known is not None:
+            found = self._cover(known, lo, hi)
+            if found is not None:
+                return found
+        return self._cover(self._load(xorb), lo, hi)
+
+    def covers(self, xorb: bytes, lo: int, hi: int) -> bool:
+        """Whether decoded bytes ``[lo, hi)`` of ``xorb`` are cached (nothing is read)."""
+        return self._find(xorb, lo, hi) is not None
+
+    # ---- reading -----------------------------------------------------------------------
+
+    def _fd(self, xorb: bytes, r: _Range) -> _Open | None:
+        now = time.monotonic()
+        with self._lock:
+            op = self._open.get(r.rowid)
+            if op is not None:
+                self._open.move_to_end(r.rowid)
+        if op is not None:
+            if now - op.checked > 1.0:
+                # evicted meanwhile (by any process): stop holding its disk space
+                try:
+                    gone = os.fstat(op.fd).st_nlink == 0
+                except OSError:
+                    gone = True
+                if gone:
+                    self._forget(xorb, r)
+                    return None
+                op.checked = now
+            return op
+        try:
+            fd = os.open(self._path(xorb, r.cs, r.ce), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._drop(xorb, r)
+            return None
+        try:
+            if os.fstat(fd).st_size != r.dhi - r.dlo:
+                os.close(fd)
+                self._drop(xorb, r)
+                return None
+        except OSError:
+            os.close(fd)
+            return None
+        return self._keep(r.rowid, _Open(fd, bytearray(r.ce - r.cs), now))
+
+    def _keep(self, rowid: int, op: _Open) -> _Open:
+        now = time.monotonic()
+        with self._lock:
+            old = self._open.get(rowid)
+            if old is not None:
+                self._retired.append((now, op.fd))
+                return old
+            self._open[rowid] = op
+            while len(self._open) > OPEN_FILES:
+                # another thread may be in a pread with it: close it a while later
+                self._retired.append((now, self._open.popitem(last=False)[1].fd))
+            while self._retired and now - self._retired[0][0] > 30:
+                with contextlib.suppress(OSError):
+                    os.close(self._retired.pop(0)[1])
+        return op
+
+    def _forget(self, xorb: bytes, r: _Range) -> None:
+        """Stop using a range this process knew of (its file is gone or bad)."""
+        now = time.monotonic()
+        with self._lock:
+            op = self._open.pop(r.rowid, None)
+            if op is not None:
+                self._retired.append((now, op.fd))
+            known = self._known.get(xorb)
+            if known is not None:
+                self._known[xorb] = [k for k in known if k.rowid != r.rowid]
+            self._touched.pop(r.rowid, None)
+
+    def _drop(self, xorb: bytes, r: _Range) -> None:
+        """Remove a range whose file is missing or damaged, from the index and the disk."""
+        self._forget(xorb, r)
+        with contextlib.suppress(sqlite3.Error), self._db_lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute(
+                    "SELECT nbytes FROM ranges WHERE id = ?", (r.rowid,)
+                ).fetchone()
+                if row is not None:
+                    self._db.execute("DELETE FROM ranges WHERE id = ?", (r.rowid,))
+                    self._db.execute(
+                        "UPDATE meta SET v = max(0, v - ?) WHERE k = 'total'", (int(row[0]),)
+                    )
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._path(xorb, r.cs, r.ce))
+            finally:
+                self._db.execute("COMMIT")
+
+    def read(self, xorb: bytes, layout: ChunkLayout, lo: int, hi: int) -> bytes | None:
+        """Decoded bytes ``[lo, hi)`` of ``xorb`` when the cache holds all of them, else None.
+
+        ``layout`` gives the chunk hashes and decoded offsets the data is checked against
+        (once per chunk and open file in this process).
+        """
+        if hi <= lo:
+            return b""
+        ranges = self._find(xorb, lo, hi)
+        if ranges is None:
+            self.misses += 1
+            return None
+        parts: list[bytes] = []
+        for r in ranges:
+            a, b = max(lo, r.dlo), min(hi, r.dhi)
+            data = self._read_one(xorb, r, layout, a, b)
+            if data is None:
+                self.misses += 1
+                return None
+            parts.append(data)
+        self.hits += 1
+        now = time.time()
+        with self._lock:
+            for r in ranges:
+                self._touched[r.rowid] = now
+            due = time.monotonic() - self._last_flush > TOUCH_INTERVAL
+        if due:
+            self.flush()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _read_one(
+        self, xorb: bytes, r: _Range, layout: ChunkLayout, a: int, b: int
+    ) -> bytes | None:
+        op = self._fd(xorb, r)
+        if op is None:
+            return None
+        offs = layout.data_offsets
+        c0 = bisect.bisect_right(offs, a) - 1
+        c1 = bisect.bisect_left(offs, b)
+        marks = op.verified
+        first = c0 - r.cs
+        if marks.find(0, first, c1 - r.cs) == -1:
+            data = os.pread(op.fd, b - a, a - r.dlo)
+            if len(data) != b - a:
+                self._drop(xorb, r)
+                return None
+            return data
+        # hash the chunks the read touches (once), and serve from what was read for it
+        whole = os.pread(op.fd, offs[c1] - offs[c0], offs[c0] - r.dlo)
+        if len(whole) != offs[c1] - offs[c0]:
+            self._drop(xorb, r)
+            return None
+        view = memoryview(whole)
+        hashes = layout.chunk_hashes
+        for c in range(c0, c1):
+            if not marks[c - r.cs]:
+                piece = view[offs[c] - offs[c0] : offs[c + 1] - offs[c0]]
+                if chunk_hash(piece) != hashes[c]:
+                    self._drop(xorb, r)
+                    return None
+                marks[c - r.cs] = 1
+        return bytes(view[a - offs[c0] : b - offs[c0]])
+
+    # ---- writing -----------------------------------------------------------------------
+
+    def put(
+        self,
+        xorb: bytes,
+        cs: int,
+        ce: int,
+        dlo: int,
+        parts: Sequence[ReadableBuffer],
+    ) -> bool:
+        """Store the decoded, verified chunks ``[cs, ce)`` of ``xorb`` (``parts``, in order;
+        ``dlo`` is where chunk ``cs`` starts in the xorb's decoded data).
+
+        Returns False when the range was not stored (larger than the cap, already there or
+        being written by someone else, or evicted before it was complete).
+        """
+        views = [memoryview(p).cast("B") for p in parts]
+        n = sum(len(v) for v in views)
+        if n == 0 or n > self.max_bytes:
+            return False
+        rowid = self._reserve(xorb, cs, ce, dlo, n)
+        if rowid is None:
+            return False
+        try:
+            fd, tmp = self._write_tmp(views, n)
+        except OSError:
+            self._release(rowid)
+            return False
+        final = self._path(xorb, cs, ce)
+        if not self._finish(rowid, xorb, cs, ce, tmp, final):
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            return False
+        self.stored_bytes += n
+        r = _Range(rowid, cs, ce, dlo, dlo + n)
+        self._keep(rowid, _Open(fd, bytearray(b"\x01" * (ce - cs)), time.monotonic()))
+        with self._lock:
+            known = self._known.get(xorb)
+            if known is not None:
+                known = [k for k in known if not (k.cs >= cs and k.ce <= ce)]
+                bisect.insort(known, r, key=lambda k: k.dlo)
+                self._known[xorb] = known
+        return True
+
+    def _write_tmp(self, views: list[memoryview], n: int) -> tuple[int, str]:
+        name = os.path.join(self._tmp, f"{os.getpid()}-{threading.get_ident()}-{time.time_ns()}")
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            done = 0
+            i = 0
+            while i < len(views):
+                batch = views[i : i + _IOV_MAX]
+                wrote = os.writev(fd, batch)
+                done += wrote
+                # a short write: continue from where it stopped
+                while batch and wrote >= len(batch[0]):
+                    wrote -= len(batch[0])
+                    batch.pop(0)
+                    i += 1
+                if batch and wrote:
+                    views[i] = batch[0][wrote:]
+            if done != n:
+                raise OSError("short write")
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+            raise
+        return fd, name
+
+    def _reserve(self, xorb: bytes, cs: int, ce: int, dlo: int, n: int) -> int | None:
+        """Count ``n`` bytes for a range about to be written, evicting to stay under the cap."""
+        victims: list[tuple[bytes, int, int]] = []
+        try:
+            with self._db_lock:
+                db = self._db
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    held = db.execute(
+                        "SELECT 1 FROM ranges WHERE xorb = ? AND cs <= ? AND ce >= ? LIMIT 1",
+                        (xorb, cs, ce),
+                    ).fetchone()
+                    if held is not None:
+                        db.execute("ROLLBACK")
+                        return None
+                    total = int(db.execute("SELECT v FROM meta WHERE k = 'total'").fetchone()[0])
+                    while total + n > self.max_bytes:
+                        rows = db.execute(
+                            "SELECT id, xorb, cs, ce, nbytes FROM ranges ORDER BY used LIMIT 32"
+                        ).fetchall()
+                        if not rows:
+                            total = 0  # the count drifted (a crash): nothing is left
+                            break
+                        for rid, vx, vcs, vce, vn in rows:
+                            if total + n <= self.max_bytes:
+                                break
+                            db.execute("DELETE FROM ranges WHERE id = ?", (rid,))
+                            total -= int(vn)
+                            victims.append((bytes(vx), int(vcs), int(vce)))
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(self._path(bytes(vx), int(vcs), int(vce)))
+                    cur = db.execute(
+                        "INSERT INTO ranges (xorb, cs, ce, dlo, nbytes, ready, used) "
+                        "VALUES (?, ?, ?, ?, ?, 0, ?)",
+                        (xorb, cs, ce, dlo, n, time.time()),
+                    )
+                    db.execute("UPDATE meta SET v = ? WHERE k = 'total'", (max(0, total) + n,))
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error:
+            return None
+        self._forget_victims(victims)
+        return cur.lastrowid
+
+    def _forget_victims(self, victims: list[tuple[bytes, int, int]]) -> None:
+        if not victims:
+            return
+        with self._lock:
+            for vx, vcs, vce in victims:
+                known = self._known.get(vx)
+                if known is None:
+                    continue
+                for k in known:
+                    if k.cs == vcs and k.ce == vce:
+                        op = self._open.pop(k.rowid, None)
+                        if op is not None:
+                            self._retired.append((time.monotonic(), op.fd))
+                self._known[vx] = [k for k in known if not (k.cs == vcs and k.ce == vce)]
+
+    def _release(self, rowid: int) -> None:
+        """Give back a reservation whose file could not be written."""
+        with contextlib.suppress(sqlite3.Error), self._db_lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute(
+                    "SELECT nbytes FROM ranges WHERE id = ?", (rowid,)
+                ).fetchone()
+                if row is not None:
+                    self._db.execute("DELETE FROM ranges WHERE id = ?", (rowid,))
+                    self._db.execute(
+                        "UPDATE meta SET v = max(0, v - ?) WHERE k = 'total'", (int(row[0]),)
+                    )
+            finally:
+                self._db.execute("COMMIT")
+
+    def _finish(self, rowid: int, xorb: bytes, cs: int, ce: int, tmp: str, final: str) -> bool:
+        """Publish a written range, unless it was evicted while being written."""
+        gone: list[tuple[bytes, int, int]] = []
+        try:
+            with self._db_lock:
+                db = self._db
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    if db.execute("SELECT 1 FROM ranges WHERE id = ?", (rowid,)).fetchone() is None:
+                        db.execute("ROLLBACK")
+                        return False
+                    os.makedirs(os.path.dirname(final), mode=0o700, exist_ok=True)
+                    os.rename(tmp, final)
+                    db.execute("UPDATE ranges SET ready = 1 WHERE id = ?", (rowid,))
+                    # ranges inside this one are redundant now
+                    inner = db.execute(
+                        "SELECT id, cs, ce, nbytes FROM ranges WHERE xorb = ? AND cs >= ? "
+                        "AND ce <= ? AND id != ? AND ready = 1",
+                        (xorb, cs, ce, rowid),
+                    ).fetchall()
+                    freed = 0
+                    for rid, ics, ice, inb in inner:
+                        db.execute("DELETE FROM ranges WHERE id = ?", (rid,))
+                        freed += int(inb)
+                        gone.append((xorb, int(ics), int(ice)))
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(self._path(xorb, int(ics), int(ice)))
+                    if freed:
+                        db.execute("UPDATE meta SET v = max(0, v - ?) WHERE k = 'total'", (freed,))
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+        except (sqlite3.Error, OSError):
+            return False
+        self._forget_victims(gone)
+        return True

@@ -1,0 +1,165 @@
+"""The node cache: ranges on disk, an sqlite index, a cap that holds with many writers."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from gitxet.hashing import chunk_hash
+from gitxet.store.nodecache import NodeCache, cache_total
+
+
+class Lay:
+    """A fake xorb: chunks of random sizes, with their hashes and offsets."""
+
+    def __init__(self, seed: int, n: int = 40, size: int = 4096) -> None:
+        rnd = random.Random(seed)
+        self.chunks = [rnd.randbytes(rnd.randint(size // 2, size)) for _ in range(n)]
+        self.chunk_hashes = tuple(chunk_hash(c) for c in self.chunks)
+        offs = [0]
+        for c in self.chunks:
+            offs.append(offs[-1] + len(c))
+        self.data_offsets = tuple(offs)
+        self.data = b"".join(self.chunks)
+        self.xorb = seed.to_bytes(32, "little")
+
+    def put(self, cache: NodeCache, cs: int, ce: int) -> bool:
+        return cache.put(self.xorb, cs, ce, self.data_offsets[cs], self.chunks[cs:ce])
+
+
+def test_put_read_and_ranges_that_meet(tmp_path: Path) -> None:
+    lay = Lay(1)
+    cache = NodeCache(str(tmp_path / "c"), 1 << 20)
+    offs = lay.data_offsets
+    assert cache.read(lay.xorb, lay, 0, 10) is None
+    assert lay.put(cache, 0, 10) and lay.put(cache, 10, 25)
+    assert not lay.put(cache, 2, 5)  # inside a cached range: nothing to store
+    assert cache.read(lay.xorb, lay, 5, offs[10]) == lay.data[5 : offs[10]]
+    # across the two ranges, and from a second process's view (a new object)
+    other = NodeCache(str(tmp_path / "c"), 1 << 20)
+    assert other.read(lay.xorb, lay, 100, offs[20]) == lay.data[100 : offs[20]]
+    assert other.covers(lay.xorb, 0, offs[25]) and not other.covers(lay.xorb, 0, offs[26])
+    assert other.read(lay.xorb, lay, offs[24], offs[26]) is None
+    assert cache.total_bytes == offs[25] == cache_total(str(tmp_path / "c"))
+    # a bigger range replaces the ranges it contains
+    assert lay.put(cache, 0, 30)
+    assert cache.total_bytes == offs[30]
+    assert len([f for f in (tmp_path / "c" / "data").rglob("*") if f.is_file()]) == 1
+    cache.close()
+    other.close()
+
+
+def test_damaged_or_missing_range_files_are_dropped_never_served(tmp_path: Path) -> None:
+    lay = Lay(2)
+    root = tmp_path / "c"
+    cache = NodeCache(str(root), 1 << 20)
+    lay.put(cache, 0, 20)
+    lay.put(cache, 20, 40)
+    cache.close()
+    files = sorted((root / "data").rglob("*.*-*"))
+    first = next(f for f in files if f.name.endswith(".0-20"))
+    raw = bytearray(first.read_bytes())
+    raw[100] ^= 1  # same size, other content
+    first.write_bytes(raw)
+    next(f for f in files if f.name.endswith(".20-40")).unlink()
+    fresh = NodeCache(str(root), 1 << 20)  # a new process verifies what it reads, once
+    assert fresh.read(lay.xorb, lay, 0, 200) is None
+    assert fresh.read(lay.xorb, lay, lay.data_offsets[25], lay.data_offsets[26]) is None
+    assert fresh.total_bytes == 0 and not fresh.covers(lay.xorb, 0, 1)
+    assert lay.put(fresh, 0, 20)
+    assert fresh.read(lay.xorb, lay, 0, 200) == lay.data[:200]
+    fresh.close()
+
+
+def test_cap_evicts_least_recently_used(tmp_path: Path) -> None:
+    lays = [Lay(10 + i, n=10) for i in range(6)]
+    one = lays[0].data_offsets[-1]
+    cap = max(lay.data_offsets[-1] for lay in lays) * 3 + 10
+    cache = NodeCache(str(tmp_path / "c"), cap)
+    for lay in lays[:3]:
+        assert lay.put(cache, 0, 10)
+    assert cache.read(lays[0].xorb, lays[0], 0, one) == lays[0].data  # now the most recent
+    cache.flush()
+    assert lays[3].put(cache, 0, 10)
+    assert cache.total_bytes <= cap
+    assert cache.covers(lays[0].xorb, 0, one)  # read recently: kept
+    assert not cache.covers(lays[1].xorb, 0, 1)  # the least recently used went
+    big = Lay(99, n=40, size=cap // 20)
+    assert not big.put(cache, 0, 40)  # bigger than the whole cap: never stored
+    cache.close()
+
+
+def test_opening_does_not_walk_the_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lay = Lay(3)
+    cache = NodeCache(str(tmp_path / "c"), 1 << 20)
+    lay.put(cache, 0, 40)
+    cache.close()
+    data_dir = str(tmp_path / "c" / "data")
+    listed: list[str] = []
+    real_listdir, real_scandir = os.listdir, os.scandir
+
+    def listdir(path: str = ".") -> list[str]:
+        listed.append(str(path))
+        return real_listdir(path)
+
+    def scandir(path: str = ".") -> object:
+        listed.append(str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(os, "scandir", scandir)
+    opened = NodeCache(str(tmp_path / "c"), 1 << 20)
+    assert opened.read(lay.xorb, lay, 0, 100) == lay.data[:100]
+    opened.close()
+    assert not [p for p in listed if p.startswith(data_dir)]
+
+
+def test_an_evicted_range_still_open_is_read_whole(tmp_path: Path) -> None:
+    lay, other = Lay(4), Lay(5)
+    cap = max(lay.data_offsets[-1], other.data_offsets[-1]) + 100
+    reader = NodeCache(str(tmp_path / "c"), cap)
+    writer = NodeCache(str(tmp_path / "c"), cap)
+    lay.put(writer, 0, 40)
+    assert reader.read(lay.xorb, lay, 0, 10) == lay.data[:10]  # the reader holds it open
+    assert other.put(writer, 0, 40)  # evicts the first range (the cap fits one)
+    assert not writer.covers(lay.xorb, 0, 1)
+    # the reader either still serves the bytes it verified, whole and right, or says miss
+    got = reader.read(lay.xorb, lay, 10, 5000)
+    assert got is None or got == lay.data[10:5000]
+    reader.close()
+    writer.close()
+
+
+def _writer(root: str, cap: int, seed: int, rounds: int) -> None:
+    cache = NodeCache(root, cap)
+    rnd = random.Random(seed)
+    for _ in range(rounds):
+        lay = Lay(rnd.randrange(1 << 30), n=8, size=64 << 10)
+        assert lay.put(cache, 0, 8) or True
+        got = cache.read(lay.xorb, lay, 0, lay.data_offsets[-1])
+        assert got is None or got == lay.data  # a range evicted by another writer is a miss
+    cache.close()
+
+
+def test_cap_holds_with_concurrent_writer_processes(tmp_path: Path) -> None:
+    root = str(tmp_path / "c")
+    cap = 4 << 20
+    NodeCache(root, cap).close()
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(root, cap, i, 25)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    on_disk = sum(f.stat().st_size for f in (tmp_path / "c" / "data").rglob("*") if f.is_file())
+    with sqlite3.connect(os.path.join(root, "index.sqlite")) as db:
+        (indexed,) = db.execute("SELECT coalesce(sum(nbytes), 0) FROM ranges").fetchone()
+    assert on_disk <= cap and indexed <= cap
+    assert cache_total(root) == indexed
+    assert not os.listdir(os.path.join(root, "tmp"))
