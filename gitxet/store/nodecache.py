@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ranges (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: processes key open files by it
     xorb BLOB NOT NULL,
     cs INTEGER NOT NULL,
     ce INTEGER NOT NULL,
