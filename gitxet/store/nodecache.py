@@ -243,9 +243,10 @@ class NodeCache:
         return found
 
     @staticmethod
-    def _cover(ranges: list[_Range], lo: int, hi: int) -> list[_Range] | None:
-        """Ranges that together hold ``[lo, hi)``, in order, or None."""
-        out: list[_Range] = []
+    def _cover(ranges: list[_Range], lo: int, hi: int) -> list[tuple[_Range, int, int]] | None:
+        """``(range, a, b)``: the ranges that together hold ``[lo, hi)`` and the part
+        ``[a, b)`` to take from each (ranges may overlap), in order; or None."""
+        out: list[tuple[_Range, int, int]] = []
         starts = [r.dlo for r in ranges]
         pos = lo
         while pos < hi:
@@ -256,11 +257,12 @@ class NodeCache:
                     best = r
             if best is None:
                 return None
-            out.append(best)
-            pos = best.dhi
+            end = min(hi, best.dhi)
+            out.append((best, pos, end))
+            pos = end
         return out
 
-    def _find(self, xorb: bytes, lo: int, hi: int) -> list[_Range] | None:
+    def _find(self, xorb: bytes, lo: int, hi: int) -> list[tuple[_Range, int, int]] | None:
         with self._lock:
             known = self._known.get(xorb)
         if known is not None:
@@ -368,8 +370,7 @@ class NodeCache:
             self.misses += 1
             return None
         parts: list[bytes] = []
-        for r in ranges:
-            a, b = max(lo, r.dlo), min(hi, r.dhi)
+        for r, a, b in ranges:
             data = self._read_one(xorb, r, layout, a, b)
             if data is None:
                 self.misses += 1
@@ -378,7 +379,7 @@ class NodeCache:
         self.hits += 1
         now = time.time()
         with self._lock:
-            for r in ranges:
+            for r, _, _ in ranges:
                 self._touched[r.rowid] = now
             due = time.monotonic() - self._last_flush > TOUCH_INTERVAL
         if due:

@@ -54,6 +54,19 @@ def test_put_read_and_ranges_that_meet(tmp_path: Path) -> None:
     other.close()
 
 
+def test_overlapping_ranges_serve_each_byte_once(tmp_path: Path) -> None:
+    lay = Lay(6)
+    offs = lay.data_offsets
+    cache = NodeCache(str(tmp_path / "c"), 1 << 20)
+    assert lay.put(cache, 0, 10) and lay.put(cache, 5, 15) and lay.put(cache, 12, 20)
+    fresh = NodeCache(str(tmp_path / "c"), 1 << 20)
+    for c in (cache, fresh):
+        assert c.read(lay.xorb, lay, 3, offs[20]) == lay.data[3 : offs[20]]
+        assert c.read(lay.xorb, lay, offs[6], offs[13] + 7) == lay.data[offs[6] : offs[13] + 7]
+    cache.close()
+    fresh.close()
+
+
 def test_damaged_or_missing_range_files_are_dropped_never_served(tmp_path: Path) -> None:
     lay = Lay(2)
     root = tmp_path / "c"
