@@ -23,13 +23,16 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 
 from gitxet.data.audit import DataLocation, count_unpushed, locate
 from gitxet.data.clean import Ingestor, IngestResult
+from gitxet.data.dedup import RemoteDedup
 from gitxet.data.reconstruct import ChunkSource, FileReader
+from gitxet.data.sources import LayeredSource
 from gitxet.data.staging import StagedIngest
 from gitxet.data.staging import recover as recover_staged
 from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, push_files
 from gitxet.dataset import (
     Remotes,
     Search,
+    chunk_source_of,
     fetch_from_any,
     source_with,
 )
@@ -160,6 +163,7 @@ class XetRepo:
         self._delay_ok: bool | None = None
         self._paths_by_hash: dict[str, str] = {}
         self._staged: StagedIngest | None = None
+        self._dedup: RemoteDedup | bool | None = None  # False: no CAS server to dedup with
         self._materialized: tuple[tuple[int, int, int], dict[str, list[object]]] | None = None
 
     @property
@@ -248,16 +252,45 @@ class XetRepo:
             return head, None  # an unmaterialized pointer stays a pointer
         if len(head) < self.threshold and not self._always_pointer(path):
             return head, None
+        dedup = self.dedup_for(path)
         staged = self._staged
         if staged is not None:
+            staged.dedup = dedup
             result = staged.add(src, head)
         else:
-            with Ingestor(self.cas) as ing:
+            with Ingestor(self.cas, dedup=dedup) as ing:
                 result = ing.add_stream(io.BufferedReader(Chained(head, src), 8 << 20))
                 ing.flush()
         self._record(path, result)
         ptr = Pointer(sha256=result.sha256, size=result.size, xet_hash=to_hex(result.file_hash))
         return ptr.encode(), result
+
+    def dedup_for(self, path: str = "") -> RemoteDedup | None:
+        """Dedup against the default remote when it is a CAS server (None otherwise), having
+        learned the chunks of the file ``path`` names in ``HEAD`` and in the index: the
+        version an edit starts from (see :mod:`gitxet.data.dedup`)."""
+        if self._dedup is None:
+            self._dedup = False
+            with contextlib.suppress(GitxetError):
+                name = self.remotes.default()
+                if name is not None and self.remotes.is_server(name):
+                    src = chunk_source_of(self.remotes.open(name))
+                    if src is not None and hasattr(src, "query_chunk"):
+                        self._dedup = RemoteDedup(src)  # type: ignore[arg-type]
+        dedup = self._dedup
+        if not isinstance(dedup, RemoteDedup):
+            return None
+        if path:
+            with process.CatFile(self.cwd) as cf:
+                for spec in (f"HEAD:{path}", f":{path}"):
+                    try:
+                        kind, data = cf.read(spec, max_size=MAX_POINTER_SIZE)
+                    except GitError:  # a new path, no HEAD yet, a blob too big to be a pointer
+                        continue
+                    ptr = try_pointer(data) if kind == "blob" else None
+                    if ptr is not None and ptr.size:
+                        dedup.add_file(from_hex(ptr.xet_hash))
+        return dedup
 
     @contextlib.contextmanager
     def staging(self) -> Iterator[StagedIngest]:
@@ -354,7 +387,11 @@ class XetRepo:
             return
         fhash = from_hex(ptr.xet_hash)
         source: ChunkSource = self.cas
-        if self.cas.file_info(fhash) is None:
+        info = self.cas.file_info(fhash)
+        if info is not None and not all(self.cas.has_xorb(t.xorb_hash) for t in info.terms):
+            # added here against a server's data (dedup): the rest of its bytes are there
+            source = self._with_remotes(self.search_order(remote, ref=ref, commit=commit))
+        elif info is None:
             search = Search([("this repository's store", "does not have it")], [])
             order = self.search_order(remote, ref=ref, commit=commit)
             found = source_with(self.cas, self.remotes, order, fhash, search)
@@ -369,6 +406,17 @@ class XetRepo:
                 "file", ptr.xet_hash, f"is {reader.size} bytes, pointer says {ptr.size}"
             )
         reader.copy_to(dst)
+
+    def _with_remotes(self, order: Sequence[str]) -> ChunkSource:
+        """This store, then the CAS servers of ``order``, as one source."""
+        layers: list[ChunkSource] = [self.cas]
+        for name in order:
+            if self.remotes.is_server(name):
+                with contextlib.suppress(GitxetError):
+                    src = chunk_source_of(self.remotes.open(name))
+                    if src is not None:
+                        layers.append(src)
+        return LayeredSource(layers)
 
     # ---- pointers in history -------------------------------------------------------------
 

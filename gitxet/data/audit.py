@@ -175,9 +175,12 @@ def _check_shard(cas: LocalCAS, name: str) -> str | None:
 
 
 def _missing_xorbs(cas: LocalCAS, shard: shardfmt.Shard) -> list[bytes]:
-    named: Iterable[bytes] = {t.xorb_hash for f in shard.files for t in f.terms} | {
-        x.xorb_hash for x in shard.xorbs
-    }
+    """The xorbs the shard brought into the store that are not there.
+
+    Only its CAS blocks count: a xorb made here is listed in the CAS block of the shard
+    that stored it (and checked with that shard); a term naming a xorb no local CAS block
+    lists points into a CAS server's data (dedup against the server: ``data.dedup``)."""
+    named: Iterable[bytes] = {x.xorb_hash for x in shard.xorbs}
     return sorted(x for x in named if not cas.has_xorb(x))
 
 

@@ -2,8 +2,10 @@
 
 Memory stays bounded whatever the file size: the stream is read in blocks, and only the
 pending xorb (≤ 64 MiB, the protocol's limit) is held until it is written. A file's chunks
-are matched, in order, against chunks already produced in this session and against the
-store's chunk index; runs of consecutive chunks in one xorb become one term.
+are matched, in order, against chunks already produced in this session, against the
+store's chunk index and, with a :class:`~gitxet.data.dedup.RemoteDedup`, against chunks a CAS
+server stores (terms may then point into the server's xorbs, which this store does not
+hold); runs of consecutive chunks in one xorb become one term.
 
 Nothing is visible in the store until :meth:`Ingestor.flush` has written every new xorb
 and then the shard that references them (each atomically), so a killed ingest leaves at
@@ -22,6 +24,7 @@ from typing import BinaryIO
 from gitxet.chunking import Chunk, chunk_bytes
 from gitxet.chunking.params import MIN_CHUNK
 from gitxet.chunking.pipeline import ChunkStream
+from gitxet.data.dedup import RemoteDedup
 from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, file_hash, verification_hash
@@ -99,8 +102,12 @@ class Ingestor:
         executor: Executor | None = None,
         max_xorb_bytes: int = xorbfmt.MAX_XORB_BYTES,
         max_xorb_chunks: int = xorbfmt.MAX_XORB_CHUNKS,
+        dedup: RemoteDedup | None = None,
     ) -> None:
         self.cas = cas
+        self.dedup = dedup
+        # xorbs the server stores and this store does not, that staged files point into
+        self._remote_xorbs: set[bytes] = set()
         self._own_executor = executor is None
         self._executor: Executor = executor or ThreadPoolExecutor(
             3, thread_name_prefix="gitxet-ingest"
@@ -219,6 +226,15 @@ class Ingestor:
     def _add_block(self, acc: _FileAcc, chunks: Sequence[Chunk], hashes: list[bytes]) -> None:
         unknown = [h for h in hashes if h not in self._session]
         known = self.cas.lookup_chunks(unknown) if unknown else {}
+        if self.dedup is not None:
+            rest = [h for h in unknown if h not in known]
+            if rest:
+                first = not acc.chunk_hashes and bool(hashes) and rest[0] == hashes[0]
+                found = self.dedup.lookup(rest, first_in_file=first)
+                for x in {x for x, _ in found.values()} - self._remote_xorbs:
+                    if not self.cas.has_xorb(x):
+                        self._remote_xorbs.add(x)
+                known.update(found)
         terms = acc.terms
         for data, h in zip(chunks, hashes, strict=True):
             n = len(data)
@@ -275,13 +291,14 @@ class Ingestor:
             sha = shardfmt.sha256_to_stored(f.sha256) if f.terms else bytes(32)
             infos.append(shardfmt.FileInfo(f.file_hash, terms, verification, sha))
         data = shardfmt.upload_shard_for(infos, self._new_xorbs)
-        name = self.cas.put_shard(data)
+        name = self.cas.put_shards([data], remote_xorbs=self._remote_xorbs)[0]
         # Chunks of this session now live in stored, indexed xorbs: later files find them
         # through the store's chunk index, so the session forgets them (bounded memory).
         self._session.clear()
         self._resolved.clear()
         self._files.clear()
         self._new_xorbs.clear()
+        self._remote_xorbs.clear()
         return name
 
 

@@ -205,31 +205,39 @@ class RemoteChunkSource:
     def _shard_path(self, file_hash: bytes) -> str:
         return os.path.join(self.shard_dir, to_hex(file_hash))
 
-    def file_info(self, file_hash: bytes) -> shardfmt.FileInfo | None:
-        with self._lock:
-            info = self._files.get(file_hash)
-        if info is not None:
-            return info
+    def file_shard(self, file_hash: bytes) -> shardfmt.Shard | None:
+        """The server's shard of a file: its block and the chunk lists of its xorbs (kept
+        on disk under the cache; checked against the xorb hashes when registered)."""
         try:
             with open(self._shard_path(file_hash), "rb") as f:
                 data: bytes | None = f.read()
         except OSError:
             data = None
-        shard: shardfmt.Shard | None = None
         if data is not None:
             with contextlib.suppress(FormatError):
-                shard = shardfmt.parse_shard(data)
-        if shard is None:
-            if self.offline:
-                raise CacheMissError(f"file {to_hex(file_hash)} is not in the cache (offline)")
-            try:
-                shard = self.client.get_file_shard(file_hash)
-            except FileNotFoundInCASError:
-                return None
-            atomic_write(
-                self._shard_path(file_hash), shardfmt.serialize_shard(shard), durable=False
-            )
-        return self._register(file_hash, shard)
+                return shardfmt.parse_shard(data)
+        if self.offline:
+            raise CacheMissError(f"file {to_hex(file_hash)} is not in the cache (offline)")
+        try:
+            shard = self.client.get_file_shard(file_hash)
+        except FileNotFoundInCASError:
+            return None
+        atomic_write(self._shard_path(file_hash), shardfmt.serialize_shard(shard), durable=False)
+        return shard
+
+    def query_chunk(self, chunk_hash_: bytes) -> shardfmt.Shard | None:
+        """The server's global-dedup answer for a chunk (None offline or when unknown)."""
+        if self.offline:
+            return None
+        return self.client.query_chunk(chunk_hash_)
+
+    def file_info(self, file_hash: bytes) -> shardfmt.FileInfo | None:
+        with self._lock:
+            info = self._files.get(file_hash)
+        if info is not None:
+            return info
+        shard = self.file_shard(file_hash)
+        return None if shard is None else self._register(file_hash, shard)
 
     def _register(self, file_hash: bytes, shard: shardfmt.Shard) -> shardfmt.FileInfo | None:
         info = next((f for f in shard.files if f.file_hash == file_hash), None)
@@ -255,11 +263,22 @@ class RemoteChunkSource:
         return info
 
     def layout(self, xorb_hash: bytes) -> RemoteLayout:
+        """The chunk layout of a xorb of a file this source described, or (from a gitxet
+        server) of any xorb it stores: a file added here may point into xorbs of the server
+        it was deduplicated against."""
         with self._lock:
             lay = self._layouts.get(xorb_hash)
-        if lay is None:
+        if lay is not None:
+            return lay
+        if self.offline or self._no_locations:
             raise XorbNotFoundError(to_hex(xorb_hash))
-        return lay
+        loc = self._location(xorb_hash, refresh=False)  # checked against the xorb hash
+        if loc is None:
+            raise XorbNotFoundError(to_hex(xorb_hash))
+        offs = loc.data_offsets
+        lay = RemoteLayout(loc.chunk_hashes, offs, _units(offs, self.unit))
+        with self._lock:
+            return self._layouts.setdefault(xorb_hash, lay)
 
     # ---- cached data -------------------------------------------------------------------
 
@@ -524,11 +543,15 @@ class RemoteChunkSource:
         try:
             loc = self.client.xorb_location(xorb_hash)
         except XorbNotFoundError:
-            # not a gitxet server (or an old one): use reconstruction fetch entries
+            # a server that answered locations before does not store this xorb; one that
+            # never did is not a gitxet server (or an old one): use reconstruction entries
             with self._lock:
-                self._no_locations = True
+                if not self._locations_ok:
+                    self._no_locations = True
             return None
-        if loc.chunk_hashes != self.layout(xorb_hash).chunk_hashes:
+        with self._lock:
+            known = self._layouts.get(xorb_hash)
+        if known is not None and loc.chunk_hashes != known.chunk_hashes:
             raise IntegrityError("xorb", to_hex(xorb_hash), "the server's layout disagrees")
         with self._lock:
             self._locations.put(xorb_hash, (time.monotonic(), loc))

@@ -7,6 +7,7 @@ nothing is copied: chunks are read lazily where they live.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 from gitxet.data.reconstruct import ChunkSource, Layout
@@ -57,6 +58,8 @@ class LayeredSource:
                 tried.append((self._name(i), str(exc)))
                 continue
             if info is not None:
+                if not all(_has_xorb(s, t.xorb_hash) for t in info.terms):
+                    self._open_later(i, file_hash)
                 return info
             tried.append((self._name(i), "does not have it"))
         if self.names is None:
@@ -64,6 +67,14 @@ class LayeredSource:
                 raise causes[0]
             return None
         raise DataUnavailableError(to_hex(file_hash), tried, causes)
+
+    def _open_later(self, i: int, file_hash: bytes) -> None:
+        """The file layer ``i`` describes points into xorbs it lacks (added against a CAS
+        server's data): let the later layers (servers are opened on first use) know the
+        file, so the layer holding those xorbs is found."""
+        for s in self.layers[i + 1 :]:
+            with contextlib.suppress(GitxetError):
+                s.file_info(file_hash)
 
     def _name(self, i: int) -> str:
         return self.names[i] if self.names is not None else f"layer {i}"

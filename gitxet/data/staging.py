@@ -30,6 +30,7 @@ import threading
 from typing import BinaryIO
 
 from gitxet.data.clean import Ingestor, IngestResult
+from gitxet.data.dedup import RemoteDedup
 from gitxet.store.cas import LocalCAS
 from gitxet.util.streams import Chained, read_up_to
 
@@ -57,8 +58,10 @@ class StagedIngest:
         *,
         stage_max: int = STAGE_MAX,
         batch_files: int = BATCH_FILES,
+        dedup: RemoteDedup | None = None,
     ) -> None:
         self.cas = cas
+        self.dedup = dedup
         self.stage_max = stage_max
         self.batch_files = batch_files
         self._lock = threading.Lock()
@@ -95,7 +98,7 @@ class StagedIngest:
 
     def _session(self) -> Ingestor:
         if self._ingestor is None:
-            self._ingestor = Ingestor(self.cas)
+            self._ingestor = Ingestor(self.cas, dedup=self.dedup)
         return self._ingestor
 
     def add(self, stream: BinaryIO, head: bytes = b"") -> IngestResult:

@@ -36,7 +36,7 @@ import mmap
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from gitxet.errors import (
@@ -537,9 +537,15 @@ class LocalCAS:
         """
         return self.put_shards([data])[0]
 
-    def put_shards(self, datas: Iterable[bytes]) -> list[str]:
+    def put_shards(
+        self, datas: Iterable[bytes], *, remote_xorbs: Collection[bytes] = ()
+    ) -> list[str]:
         """:meth:`put_shard` for many shards: written, then made durable together (one
         filesystem sync), then indexed in one transaction. Returns their names.
+
+        ``remote_xorbs`` are xorbs a CAS server stores that the shards' terms may name
+        without this store holding them (dedup against the server): reading such a file
+        takes the server, pushing it to that server sends none of their bytes.
 
         Raises:
             ShardFormatError: a shard is malformed or references a missing xorb (the shards
@@ -552,7 +558,7 @@ class LocalCAS:
                 shard = shardfmt.parse_shard(data)
                 refs = {t.xorb_hash for f in shard.files for t in f.terms}
                 missing = sorted(x for x in refs | {x.xorb_hash for x in shard.xorbs})
-                missing = [x for x in missing if not self.has_xorb(x)]
+                missing = [x for x in missing if x not in remote_xorbs and not self.has_xorb(x)]
                 if missing:
                     raise ShardFormatError("shard", f"references missing xorb {to_hex(missing[0])}")
                 name = to_hex(chunk_hash(data))
