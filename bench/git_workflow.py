@@ -183,7 +183,7 @@ def setup_gitxet(run: ToolRun, env: dict[str, str], profile: Path | None) -> Non
     if profile is not None:
         hook = run.work / ".git" / "hooks" / "pre-push"
         hook.write_text(
-            "#!/bin/sh\n# gitxet hook (bench profile)\n"
+            "#!/bin/sh\n# gitxet hook\n# (bench profile: the filter must see gitxet's marker line)\n"
             f'exec {sys.executable} -m cProfile -o "{profile}/pre-push-$$.prof" '
             '-m gitxet pre-push "$@"\n',
             encoding="utf-8",

@@ -12,15 +12,18 @@ skips what is already there.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
 
-from gitxet.errors import FileNotFoundInCASError
+from gitxet.errors import FileNotFoundInCASError, GitxetError
 from gitxet.formats import shard as shardfmt
 from gitxet.hashing import to_hex
 from gitxet.store.cas import LocalCAS
+from gitxet.util.atomic import fsync_dir
 
 Progress = Callable[[int], None]
 #: How long a failed or interrupted transfer waits for the copies already running.
@@ -85,27 +88,51 @@ class LocalDirRemote:
         verified when read, so a damaged remote xorb is still never served. Returns the
         size, or None when linking is not possible (another filesystem, a bad footer).
         """
-        import contextlib
-        import os
-
-        from gitxet.errors import GitxetError
-
-        src = self.cas.xorb_path(xorb_hash)
-        dst = local.xorb_path(xorb_hash)
-        try:
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            os.link(src, dst)
-        except FileExistsError:
-            return os.path.getsize(dst)
-        except OSError:
+        n = _hard_link(self.cas.xorb_path(xorb_hash), local.xorb_path(xorb_hash))
+        if n is None:
             return None
         try:
             local.layout(xorb_hash)
         except GitxetError:
             with contextlib.suppress(OSError):
-                os.unlink(dst)
+                os.unlink(local.xorb_path(xorb_hash))
             return None
+        return n
+
+    def link_from(self, local: LocalCAS, xorb_hash: bytes) -> int | None:
+        """The push side of :meth:`link_into`: hard-link a local xorb into this remote.
+
+        The local footer must hash to the xorb's name first (else None: the copy path
+        then re-hashes the xorb and names what is wrong); readers verify every chunk. With
+        a durable remote the file and its directory entry are synced. None when linking
+        is not possible (another filesystem, a bad footer).
+        """
+        try:
+            local.layout(xorb_hash)
+        except GitxetError:
+            return None
+        dst = self.cas.xorb_path(xorb_hash)
+        n = _hard_link(local.xorb_path(xorb_hash), dst)
+        if n is not None and self.cas.durable:
+            fd = os.open(dst, os.O_RDONLY)
+            try:
+                os.fsync(fd)  # the local copy may have been written without a sync
+            finally:
+                os.close(fd)
+            fsync_dir(os.path.dirname(dst))
+        return n
+
+
+def _hard_link(src: str, dst: str) -> int | None:
+    """Link ``src`` at ``dst`` (kept if already there); its size, or None if impossible."""
+    try:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        os.link(src, dst)
+    except FileExistsError:
         return os.path.getsize(dst)
+    except OSError:
+        return None
+    return os.path.getsize(dst)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +182,13 @@ def push_files(
         xorbs |= _shard_xorbs(shardfmt.parse_shard(data))
     todo = sorted(x for x in xorbs if not remote.has_xorb(x))
 
+    link = getattr(remote, "link_from", None)  # an embedded remote: no copy at all
+
     def send(x: bytes) -> int:
+        if link is not None:
+            linked = link(local, x)
+            if linked is not None:
+                return int(linked)
         # the receiver re-hashes every xorb (put_xorb, or the server), so a corrupt local
         # xorb is refused there, naming it; hashing it here as well would double the cost
         body = local.xorb_body(x, verify=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import random
 import threading
 import time
@@ -36,6 +37,9 @@ class HangingRemote(LocalDirRemote):
         super().__init__(root)
         self.release = threading.Event()
         self.calls = 0
+
+    def link_from(self, local: LocalCAS, xorb_hash: bytes) -> int | None:
+        return None  # like a server: every xorb is uploaded
 
     def upload_xorb(self, xorb_hash: bytes, body: bytes) -> bool:
         self.calls += 1
@@ -92,3 +96,29 @@ def test_verify_store_names_damaged_xorbs_and_shards(tmp_path: Path) -> None:
     shard.write_bytes(shard.read_bytes() + b"x")
     problems = {(p.kind, p.name) for p in verify_store(LocalCAS(str(tmp_path / "s"))).problems}
     assert problems == {("xorb", xorb.name), ("shard", shard.stem)}
+
+
+def test_push_to_an_embedded_remote_links_verified_xorbs(tmp_path: Path) -> None:
+    from gitxet.errors import IntegrityError
+
+    cas = LocalCAS(str(tmp_path / "local"))
+    (a,) = ingest(cas, random.Random(5).randbytes(300_000))
+    remote = LocalDirRemote(str(tmp_path / "remote"))
+    assert push_files(cas, remote, [a]).xorbs_sent == 1
+    (x,) = cas.xorbs_for_files([a])
+    assert os.stat(cas.xorb_path(x)).st_ino == os.stat(remote.cas.xorb_path(x)).st_ino
+    assert is_local(remote.cas, a)
+    # a local xorb whose footer does not hash to its name is not linked: the copy path
+    # re-hashes it and refuses it, naming it
+    (b,) = ingest(cas, random.Random(6).randbytes(300_000))
+    (y,) = cas.xorbs_for_files([b]) - {x}
+    path = cas.xorb_path(y)
+    raw = bytearray(Path(path).read_bytes())
+    raw[-40] ^= 1  # inside the footer's chunk hashes
+    os.unlink(path)
+    with open(path, "wb") as f:
+        f.write(raw)
+    with pytest.raises(IntegrityError) as info:
+        push_files(LocalCAS(str(tmp_path / "local")), remote, [b])
+    assert to_hex(y) in str(info.value)
+    assert not remote.has_xorb(y)
