@@ -183,7 +183,8 @@ def setup_gitxet(run: ToolRun, env: dict[str, str], profile: Path | None) -> Non
     if profile is not None:
         hook = run.work / ".git" / "hooks" / "pre-push"
         hook.write_text(
-            "#!/bin/sh\n# gitxet hook\n# (bench profile: the filter must see gitxet's marker line)\n"
+            # gitxet's marker line, or the filter would chain this hook behind its own
+            "#!/bin/sh\n# gitxet hook\n"
             f'exec {sys.executable} -m cProfile -o "{profile}/pre-push-$$.prof" '
             '-m gitxet pre-push "$@"\n',
             encoding="utf-8",
