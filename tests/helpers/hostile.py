@@ -29,7 +29,6 @@ from pathlib import Path
 
 DOTGIT_NAMES = [".git", ".GIT", ".Git", ".git.", ".git ", "git~1", "GIT~1", ".g\u200cit"]
 HFS_NAME = ".g\u200cit"
-BAD_NAMES = [*DOTGIT_NAMES, "..", ".", "a/b", "dup.txt (the second one)"]
 
 
 @dataclass
