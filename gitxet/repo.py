@@ -40,6 +40,7 @@ from gitxet.errors import (
     ConfigError,
     FileNotFoundInCASError,
     GitError,
+    GitObjectNotFoundError,
     GitxetError,
     MaterializeError,
     NotFoundError,
@@ -48,6 +49,7 @@ from gitxet.errors import (
 )
 from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
 from gitxet.git import process
+from gitxet.git.catfile import batch_read
 from gitxet.git.checkattr import AttrQuery
 from gitxet.git.filter_protocol import NO_META, SmudgeMeta
 from gitxet.git.index import Restat, blob_id, restat_entries
@@ -102,12 +104,15 @@ def read_pointer_blobs(
     """``(path, pointer)`` for each ``(blob id, path)`` whose blob is a pointer."""
     if not oids:
         return
-    with process.CatFile(cwd) as cf:
-        for oid, path in oids:
-            kind, data = cf.read(oid, max_size=MAX_POINTER_SIZE)
-            ptr = try_pointer(data) if kind == "blob" else None
-            if ptr is not None:
-                yield path, ptr
+    paths = [path for _, path in oids]
+    # one pipelined cat-file for all of them: no round trip per blob
+    answers = batch_read(cwd, [oid for oid, _ in oids], MAX_POINTER_SIZE)
+    for path, (oid, info, data) in zip(paths, answers, strict=True):
+        if info is None:
+            raise GitObjectNotFoundError(oid)
+        ptr = try_pointer(data) if info.type == "blob" and data else None
+        if ptr is not None:
+            yield path, ptr
 
 
 def received_pointers(git_dir: str, tips: Sequence[str]) -> list[tuple[str, Pointer]]:
@@ -582,7 +587,8 @@ class XetRepo:
                 )
             return f.path, st[0]
 
-        n_workers = workers or min(4, os.cpu_count() or 1, len(todo))
+        # file creation is syscall-bound (the GIL is released): more writers than cores pay off
+        n_workers = workers or min(8, len(todo))
         done: dict[str, os.stat_result] = {}
         by_path = {f.path: f for f in todo}
         with wt, concurrent.futures.ThreadPoolExecutor(n_workers, "gitxet-materialize") as pool:

@@ -403,9 +403,12 @@ def clone_cmd(
         process.rev_parse(target, "HEAD")
     except GitError:
         return  # an empty repository: nothing to check out
-    # git writes pointers only (fast, tiny); the data is then written straight from the
-    # local store in parallel, without streaming every byte through git's filter pipe
-    _git(["-c", "xet.lazy=true", "checkout", "-q", "-f", "HEAD"], cwd=target)
+    # git writes pointers only (fast, tiny): with the filter switched off for this one
+    # checkout it writes each blob as it is, which is what a lazy smudge would give, without
+    # a round trip per file; the data is then written straight from the local store in
+    # parallel, without streaming every byte through git's filter pipe
+    no_filter = ["-c", "filter.xet.process=", "-c", "filter.xet.smudge=", "-c"]
+    _git([*no_filter, "filter.xet.required=false", "checkout", "-q", "-f", "HEAD"], cwd=target)
     repo = _open_repo(target)
     files = repo.pointer_files(None)  # what git's index names: git checked those paths
     total = sum(f.pointer.size for f in files)

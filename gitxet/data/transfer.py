@@ -71,6 +71,20 @@ class LocalDirRemote:
     def shards_for_file(self, file_hash: bytes) -> list[bytes]:
         return [self.cas.shard_bytes(n) for n in sorted(self.cas.shards_for_files([file_hash]))]
 
+    def shard_names_for_files(self, file_hashes: list[bytes]) -> tuple[set[str], list[bytes]]:
+        """Names of the shards describing ``file_hashes``, and the files none describes."""
+        names: set[str] = set()
+        unknown: list[bytes] = []
+        for fh in file_hashes:
+            found = self.cas.shards_for_files([fh])
+            if not found:
+                unknown.append(fh)
+            names |= found
+        return names, unknown
+
+    def shard_bytes(self, name: str) -> bytes:
+        return self.cas.shard_bytes(name)
+
     def has_file(self, file_hash: bytes) -> bool:
         return bool(self.cas.shards_for_files([file_hash]))
 
@@ -227,6 +241,13 @@ def fetch_files(
     wanted = [fhash for fhash in dict.fromkeys(file_hashes) if fhash != bytes(32)]
     missing = [fhash for fhash in wanted if local.file_info(fhash) is None]
     shards: dict[str, bytes] = {}
+    by_name = getattr(remote, "shard_names_for_files", None)
+    if by_name is not None:  # a store that can say which shards: each one is read once
+        names, unknown = by_name(missing)
+        if unknown:
+            raise FileNotFoundInCASError(to_hex(unknown[0]))
+        shards = {n: remote.shard_bytes(n) for n in sorted(names)}  # type: ignore[attr-defined]
+        missing = []
     for fhash in missing:
         found = remote.shards_for_file(fhash)
         if not found:

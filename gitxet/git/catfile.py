@@ -23,7 +23,7 @@ from gitxet.git._runner import READ_CHUNK, PathArg, Result, fail, first_line, sp
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-__all__ = ["CatFile", "CatFileStream", "ObjectInfo", "batch_check"]
+__all__ = ["CatFile", "CatFileStream", "ObjectInfo", "batch_check", "batch_read"]
 
 
 class ObjectInfo(NamedTuple):
@@ -40,7 +40,24 @@ def batch_check(cwd: PathArg, names: Iterable[str]) -> Iterator[tuple[str, Objec
     One ``cat-file --batch-check`` for any number of names: a thread feeds the names while
     answers are read, so neither side waits on the other and memory stays flat.
     """
-    args = ["cat-file", "--batch-check"]
+    for name, info, _ in _batch(cwd, names, "--batch-check", 0):
+        yield name, info
+
+
+def batch_read(
+    cwd: PathArg, names: Iterable[str], max_size: int
+) -> Iterator[tuple[str, ObjectInfo | None, bytes | None]]:
+    """``(name, info, content)`` for each object name, in order, through one pipelined
+    ``cat-file --batch``; ``content`` is None for an object over ``max_size`` bytes (read
+    past, not kept) and ``info`` is None for a missing one. For many small objects (pointer
+    blobs): no round trip per object."""
+    yield from _batch(cwd, names, "--batch", max_size)
+
+
+def _batch(
+    cwd: PathArg, names: Iterable[str], mode: str, max_size: int
+) -> Iterator[tuple[str, ObjectInfo | None, bytes | None]]:
+    args = ["cat-file", mode]
     with tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(
@@ -69,7 +86,7 @@ def batch_check(cwd: PathArg, names: Iterable[str]) -> Iterator[tuple[str, Objec
                 with contextlib.suppress(OSError):
                     stdin.close()
 
-        feeder = threading.Thread(target=feed, name="gitxet-batch-check", daemon=True)
+        feeder = threading.Thread(target=feed, name="gitxet-batch", daemon=True)
         feeder.start()
         finished = False
         try:
@@ -80,12 +97,15 @@ def batch_check(cwd: PathArg, names: Iterable[str]) -> Iterator[tuple[str, Objec
                     raise GitError(f"unexpected cat-file output {line[:200]!r}")
                 fields = line[:-1].split(b" ")
                 if len(fields) >= 2 and fields[-1] in (b"missing", b"ambiguous"):
-                    yield name, None
-                elif len(fields) == 3 and fields[2].isdigit():
-                    info = ObjectInfo(fields[0].decode("ascii"), fields[1].decode(), int(fields[2]))
-                    yield name, info
-                else:
+                    yield name, None, None
+                    continue
+                if len(fields) != 3 or not fields[2].isdigit():
                     raise GitError(f"unexpected cat-file output {line[:200]!r}")
+                info = ObjectInfo(fields[0].decode("ascii"), fields[1].decode(), int(fields[2]))
+                content: bytes | None = None
+                if mode == "--batch":
+                    content = _read_content(stdout, info.size, max_size)
+                yield name, info, content
             feeder.join()
             returncode = proc.wait()
             finished = True
@@ -100,6 +120,26 @@ def batch_check(cwd: PathArg, names: Iterable[str]) -> Iterator[tuple[str, Objec
                 proc.wait()
                 feeder.join(timeout=10)
             stdout.close()
+
+
+def _read_content(stdout: IO[bytes], size: int, max_size: int) -> bytes | None:
+    """An object's content and its trailing newline; None (skipped) when over max_size."""
+    keep = size <= max_size
+    parts: list[bytes] = []
+    left = size + 1
+    while left:
+        b = stdout.read(min(left, 1 << 20))
+        if not b:
+            raise GitError("cat-file output ended inside an object")
+        if keep:
+            parts.append(b)
+        left -= len(b)
+    if not keep:
+        return None
+    data = b"".join(parts)
+    if data[-1:] != b"\n":
+        raise GitError("cat-file output lost its framing")
+    return data[:-1]
 
 
 class _BatchProcess:
