@@ -4,8 +4,8 @@
 Generates N files of 48-160 KiB of random bytes (incompressible, like JPEGs) in nested
 directories (100 x 10), then times, each against a peer measured in the same run:
 
-* ``git add`` + ``git commit``: gitxet with every file a pointer (``git xet init
-  --threshold 0``) vs git-lfs (``git lfs track '*.jpg'``).
+* ``git add`` + ``git commit``: gitxet with every file a pointer (``git xet track
+  '*.jpg'``) vs git-lfs (``git lfs track '*.jpg'``).
 * ``git push`` to a bare remote on the same disk, and ``git xet clone`` from it, vs a
   ``cp -r`` of the files to the same disk (git-lfs push/clone over its file remote too,
   where it works). The clone is checked byte for byte and ``git status`` must be clean.
@@ -231,9 +231,8 @@ def run_workflow(args: argparse.Namespace, work: Path) -> dict[str, object]:
     sh(["git", "init", "-q", str(wt)], x, env)
     sh(["git", "remote", "add", "origin", str(remote)], wt, env)
     sh(["git-xet", "init"], wt, env)
-    sh(["git", "add", ".gitattributes"], wt, env)
-    sh(["git", "commit", "-q", "-m", "attributes"], wt, env)
-    sh(["git", "config", "xet.threshold", "0"], wt, env)
+    sh(["git-xet", "track", "*.jpg"], wt, env)  # as git-lfs: every .jpg is a pointer
+    sh(["git", "commit", "-q", "-m", "rules"], wt, env)
     drop_caches()
     res["xet_add"] = sh(["git", "add", "-A"], wt, env)
     res["xet_commit"] = sh(["git", "commit", "-q", "-m", "images"], wt, env)

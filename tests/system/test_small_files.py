@@ -127,10 +127,8 @@ def test_batched_add_packs_small_files_and_a_crashed_filter_is_recovered(
     run("git", "init", "-q", "--bare", str(remote), cwd=tmp_path)
     run("git", "init", "-q", str(work), cwd=tmp_path)
     run("git", "remote", "add", "origin", str(remote), cwd=work)
-    run("git-xet", "init", cwd=work)
-    run("git", "add", ".gitattributes", cwd=work)
-    run("git", "commit", "-qm", "attributes", cwd=work)
-    run("git", "config", "xet.threshold", "0", cwd=work)
+    run("git-xet", "init", "--threshold", "0", cwd=work)
+    run("git", "commit", "-qm", "rules", cwd=work)
     rnd = random.Random(17)
     files = {f"a/{i:04d}.bin": rnd.randbytes(rnd.randrange(1, 30_000)) for i in range(600)}
     for rel, data in files.items():
