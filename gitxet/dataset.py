@@ -62,7 +62,14 @@ from gitxet.errors import (
 from gitxet.formats.shard import FileInfo
 from gitxet.git import process
 from gitxet.hashing import to_hex
-from gitxet.settings import DEFAULT_CACHE_BYTES, Settings, child_env, strip_credentials, url_token
+from gitxet.settings import (
+    DEFAULT_CACHE_BYTES,
+    Settings,
+    child_env,
+    redact,
+    strip_credentials,
+    url_token,
+)
 from gitxet.store.cas import LocalCAS
 
 if TYPE_CHECKING:  # imported when a commit is opened: the filter never needs the model
@@ -123,6 +130,19 @@ class Remotes:
             found = got if got is not None else name_or_url
             self._urls[name_or_url] = found
         return found
+
+    def require(self, name_or_url: str) -> str:
+        """``name_or_url`` if it is a configured remote, a URL or an existing path.
+
+        Raises:
+            NotFoundError: none of these (the message lists the configured remotes).
+        """
+        if name_or_url in self.names() or "://" in name_or_url:
+            return name_or_url
+        if not name_or_url.startswith("-") and os.path.exists(name_or_url):
+            return name_or_url
+        known = ", ".join(self.names()) or "none configured"
+        raise NotFoundError(f"no remote named {name_or_url!r} (remotes: {known})")
 
     def describe(self, name_or_url: str) -> str:
         """``"upstream /srv/data.git"``: a remote as messages name it (no credentials)."""
@@ -615,7 +635,7 @@ def mirror_git_metadata(url: str, access: HttpAccess) -> str:
         msg = lines[-1] if lines else f"git exited with {r.returncode}"
         if token:
             msg = msg.replace(token, "***")
-        raise GitError(f"{clean}: {msg}")
+        raise process.remote_failure(clean, redact(msg))
     if not os.path.isdir(path):
         try:
             os.rename(tmp, path)

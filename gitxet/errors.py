@@ -15,11 +15,14 @@ Errors carry data fields; user-facing wording lives in ``gitxet.cli``.
     ├── StoreError                  the local store cannot be used (locked, unwritable)
     ├── BackendError                a CAS server's storage backend (directory, S3) failed
     ├── RemoteError                 a CAS remote failed (HTTP status, connection)
-    │   └── AuthError               401/403
+    │   ├── AuthError               401/403
+    │   └── UnreachableError        no connection at all (refused, DNS, timeout)
     ├── GitError                    the git binary failed or the repo is unusable
+    │   └── NotARepositoryError     a command that needs a repository ran outside one
     ├── UnsafePathError             a path from a tree that must not be written
-    └── ConfigError                 bad user configuration
-        └── StateBusyError          a state dir or socket another live process owns
+    ├── ConfigError                 bad user configuration
+    │   └── StateBusyError          a state dir or socket another live process owns
+    └── MissingDependencyError      an optional package or system library is not installed
 """
 
 from __future__ import annotations
@@ -123,8 +126,27 @@ class AuthError(RemoteError):
     """The remote refused our credentials (401) or their scope (403)."""
 
 
+class UnreachableError(RemoteError):
+    """A server could not be talked to at all: ``url`` (no credentials), ``reason`` in words
+    (``"connection refused"``, ``"timed out"``, ``"unknown host"``)."""
+
+    def __init__(self, what: str, url: str, reason: str) -> None:
+        super().__init__(f"{what}: cannot reach {url}: {reason}")
+        self.what = what
+        self.url = url
+        self.reason = reason
+
+
 class GitError(GitxetError):
     """The git binary failed or the repository is unusable."""
+
+
+class NotARepositoryError(GitError):
+    """A command that needs a git repository ran in ``path``, which is not in one."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"not a git repository: {path}")
+        self.path = path
 
 
 class UnsafePathError(GitxetError):
@@ -304,3 +326,16 @@ class StateBusyError(ConfigError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class MissingDependencyError(GitxetError):
+    """A feature (``feature``: "FUSE mounts need") lacks what is not installed: ``extra``
+    (``pip install 'gitxet[extra]'``) or a system package (``system``, e.g. libfuse3);
+    ``module`` is what failed to import."""
+
+    def __init__(self, feature: str, module: str, extra: str | None, system: str | None) -> None:
+        super().__init__(f"{feature} {module}, which is not installed")
+        self.feature = feature
+        self.module = module
+        self.extra = extra
+        self.system = system

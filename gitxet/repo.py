@@ -469,6 +469,13 @@ class XetRepo:
                 self._paths_by_hash.setdefault(ptr.xet_hash, p)  # to name files in errors
         return result
 
+    def unmatched_paths(self, paths: Sequence[str]) -> list[str]:
+        """The pathspecs of ``paths`` (relative to the work tree's top) that match no file
+        git's index names."""
+        if not paths or process.index_matches(self.cwd, paths):
+            return []
+        return [p for p in paths if not process.index_matches(self.cwd, [p])]
+
     def _index_files(self, paths: Sequence[str] = ()) -> dict[str, tuple[int, str]]:
         """Regular files git's index names (merged entries only): path -> (mode, blob id)."""
         out = process.run_git(["ls-files", "-s", "-z", "--", *paths], cwd=self.cwd)

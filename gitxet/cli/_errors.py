@@ -14,6 +14,44 @@ EXIT_NOT_FOUND = 4
 EXIT_AUTH = 5
 
 
+# The optional parts of gitxet: extra -> ("<feature> need(s)", modules it imports, system package a
+# module needs at import time). ``pip install 'gitxet[all]'`` installs every extra.
+EXTRAS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
+    "mount": ("FUSE mounts need", ("pyfuse3", "trio"), "libfuse3 (apt install fuse3)"),
+    "server": ("the server needs", ("starlette", "uvicorn", "boto3"), None),
+    "csi": ("the CSI plugin needs", ("grpc", "google.protobuf"), None),
+}
+
+
+def _extra_of(module: str) -> str | None:
+    top = module.split(".")[0]
+    for extra, (_, modules, _) in EXTRAS.items():
+        if any(m.split(".")[0] == top for m in modules):
+            return extra
+    return None
+
+
+def missing(extra: str, exc: ImportError) -> errors.MissingDependencyError:
+    """The error for an import of ``extra`` that failed: the package is absent, or it is
+    there and a system library it loads is not (libfuse3 for pyfuse3)."""
+    feature, modules, system = EXTRAS[extra]
+    name = exc.name or modules[0]
+    if isinstance(exc, ModuleNotFoundError):
+        return errors.MissingDependencyError(feature, name, extra, None)
+    return errors.MissingDependencyError(feature, name, None, system or str(exc))
+
+
+def require(extra: str) -> None:
+    """Import what ``extra`` provides, or fail with one line naming what to install."""
+    import importlib
+
+    for module in EXTRAS[extra][1]:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise missing(extra, exc) from None
+
+
 def describe(exc: BaseException) -> tuple[str, int]:
     """A one-line message and exit code for an exception (URL credentials removed)."""
     from gitxet.settings import redact
@@ -34,6 +72,28 @@ def _describe(exc: BaseException) -> tuple[str, int]:
         return msg + (f" (and {more} more file(s) failed)" if more else ""), code
     if isinstance(exc, errors.AuthError):
         return f"access denied: {exc}", EXIT_AUTH
+    if isinstance(exc, errors.UnreachableError):
+        return (
+            f"cannot reach {exc.url} ({exc.reason}): is the server running and the URL right?",
+            EXIT_ERROR,
+        )
+    if isinstance(exc, errors.NotARepositoryError):
+        return (
+            f"not a git repository: {exc.path} (run this inside one; 'git xet init' sets "
+            "a repository up)",
+            EXIT_USAGE,
+        )
+    if isinstance(exc, errors.GitObjectNotFoundError):
+        return f"not found: no revision or object named {exc.name!r}", EXIT_NOT_FOUND
+    if isinstance(exc, errors.GitCommandError):
+        said = exc.stderr.removeprefix("fatal: ").removeprefix("error: ")
+        return f"git: {said or 'failed'}", EXIT_ERROR
+    if isinstance(exc, errors.MissingDependencyError):
+        if exc.extra:
+            how = f"pip install 'gitxet[{exc.extra}]' (or 'gitxet[all]')"
+        else:
+            how = f"install {exc.system}"
+        return f"{exc.feature} {exc.module}: {how}", EXIT_ERROR
     if isinstance(exc, errors.DataUnavailableError):
         # every remote was asked; the exit status tells the worst reason one of them gave
         codes = {describe(c)[1] for c in exc.causes}
@@ -48,6 +108,8 @@ def _describe(exc: BaseException) -> tuple[str, int]:
         return f"{exc}: {last}", EXIT_ERROR
     if isinstance(exc, errors.GitxetError):
         return str(exc), EXIT_ERROR
+    if isinstance(exc, ImportError) and exc.name and _extra_of(exc.name):
+        return describe(missing(_extra_of(exc.name) or "", exc))
     if isinstance(exc, FileNotFoundError):
         return f"no such file: {exc.filename or exc.strerror or exc}", EXIT_NOT_FOUND
     if isinstance(exc, IsADirectoryError):

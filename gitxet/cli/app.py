@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -125,9 +125,21 @@ def _run() -> None:
     except BrokenPipeError:
         raise SystemExit(141) from None
     except Exception as e:
-        show = getattr(e, "show", None)
-        code = getattr(e, "exit_code", None)
-        if callable(show) and isinstance(code, int):  # click/typer usage errors
-            show()
-            raise SystemExit(code) from None
+        if isinstance(e, typer.TyperException):  # click's errors (usage): one line, a hint
+            _usage_error(e)
         _errors.fail(e)
+
+
+def _usage_error(e: typer.TyperException) -> NoReturn:
+    """``git-xet: <what is wrong>`` and ``hint: <where the help is>``, exit 2 (usage)."""
+    from gitxet.settings import redact
+
+    ctx = getattr(e, "ctx", None)
+    where = ctx.command_path.replace("git-xet", "git xet", 1) if ctx is not None else "git xet"
+    format_message = getattr(e, "format_message", None)
+    text = format_message() if callable(format_message) else str(e)
+    print(f"git-xet: {redact(' '.join(text.split()))}", file=sys.stderr)
+    if ctx is not None:  # a usage error: where the help is
+        print(f"hint: see '{where} --help'", file=sys.stderr)
+    code = getattr(e, "exit_code", None)
+    raise SystemExit(code if isinstance(code, int) and code else _errors.EXIT_ERROR)

@@ -55,6 +55,9 @@ def csi_cmd(
     """
     import logging
 
+    from gitxet.cli._errors import require
+
+    require("csi")
     import gitxet
     from gitxet.plugins.csi.identity import IdentityServicer
     from gitxet.plugins.csi.node import NodeConfig, NodeService, NodeServicer

@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
     app.command("fetch")(fetch_cmd)
     app.command("clone")(clone_cmd)
     app.command("checkout")(checkout_cmd)
-    app.command("materialize")(checkout_cmd)
+    app.command("materialize", hidden=True, help="Same as 'git xet checkout'.")(checkout_cmd)
     app.command("dematerialize")(dematerialize_cmd)
     app.command("status")(status_cmd)
     app.command("ls-files")(ls_files_cmd)
@@ -182,12 +182,19 @@ def _remotes(cwd: str) -> list[str]:
 
 
 def _git(args: list[str], cwd: str | None = None, env: dict[str, str] | None = None) -> None:
+    """Run a git command the user asked for through us; git prints its own messages.
+
+    git's failures (128 for "fatal") exit 1, as documented; a git killed by a signal
+    exits 128 + the signal, like a shell would say.
+    """
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
     r = subprocess.run(["git", *args], cwd=cwd, env=full_env, check=False)
+    if r.returncode < 0:
+        raise typer.Exit(128 - r.returncode)
     if r.returncode != 0:
-        raise typer.Exit(r.returncode)
+        raise typer.Exit(1)
 
 
 def add_cmd(
@@ -199,6 +206,14 @@ def add_cmd(
     root = str(process.toplevel("."))
     if not process.config_get(root, "filter.xet.process"):
         raise typer.BadParameter("the xet filter is not configured here: run 'git xet init' first")
+    gone = [p for p in paths if not os.path.lexists(p) and not any(c in p for c in "*?[")]
+    if gone:
+        rel = [os.path.relpath(os.path.abspath(p), root) for p in gone]
+        absent = [p for p, r in zip(gone, rel, strict=True) if not process.index_matches(root, [r])]
+        if absent:
+            from gitxet.errors import NotFoundError
+
+            raise NotFoundError(f"no such file: {', '.join(absent[:3])}")
     fd, stats = tempfile.mkstemp(prefix="gitxet-add-", suffix=".jsonl")
     os.close(fd)
     try:
@@ -285,7 +300,8 @@ def push_cmd(
     repo = _open_repo()
     name = remote or repo.default_remote()
     if name is None:
-        raise typer.BadParameter("no remote to push to")
+        raise typer.BadParameter("no remote to push to (add one: git remote add origin URL)")
+    repo.remotes.require(name)
     revs = repo.ref_tips(all_refs=True) if all_refs else []
     for s in refspecs or ([] if all_refs else ["HEAD"]):
         src = s.split(":", 1)[0].lstrip("+") or "HEAD"
@@ -317,8 +333,8 @@ def fsck_cmd(
 
     Every xorb in the local store is re-hashed and every shard checked. Each pointer file of
     HEAD (with --all: of the whole history of every branch and tag) is then found in the
-    local store or, failing that, on the remote. Exits 1 when the store is damaged or some
-    file's data is nowhere to be had.
+    local store or, failing that, on the remote. Exits 3 when the store is damaged, 4 when
+    some file's data is nowhere to be had.
     """
     from gitxet.cli._progress import human_size
     from gitxet.data.audit import verify_store
@@ -358,8 +374,13 @@ def fsck_cmd(
         f"pointer files in {scope}: {len(where)}: {local} in the local store, "
         f"{len(remote_only)} only on {asked or 'the remote'}, {len(missing)} missing"
     )
-    if report.problems or missing:
-        raise typer.Exit(1)
+    if report.problems:
+        damaged = len(report.problems)
+        _say(f"git-xet: integrity error: {damaged} damaged object(s) in the local store")
+        raise typer.Exit(3)
+    if missing:
+        _say(f"git-xet: not found: the data of {len(missing)} file(s) is nowhere to be had")
+        raise typer.Exit(4)
 
 
 def clone_cmd(
@@ -371,6 +392,10 @@ def clone_cmd(
     branch: Annotated[str | None, typer.Option("--branch", "-b", help="Branch or tag.")] = None,
 ) -> None:
     """Clone a repository and materialize its large files (or leave pointers with --lazy)."""
+    if not _looks_remote(src) and not os.path.exists(src):
+        from gitxet.errors import NotFoundError
+
+        raise NotFoundError(f"no repository at {src}")
     program = _program()
     args = [
         "clone",
@@ -423,11 +448,32 @@ def clone_cmd(
         repo.materialize(files, progress=advance)
 
 
+def _looks_remote(src: str) -> bool:
+    """A URL (``scheme://``) or git's scp-like ``host:path`` rather than a local path."""
+    if "://" in src:
+        return True
+    head, colon, _ = src.partition(":")
+    return bool(colon) and "/" not in head and len(head) > 1
+
+
 def _clone_dir_name(src: str) -> str:
     name = src.rstrip("/").rsplit("/", 1)[-1]
     if name.endswith(".git"):
         name = name[:-4]
     return name or "repo"
+
+
+def _repo_paths(repo, paths: list[str] | None) -> list[str]:  # type: ignore[no-untyped-def]
+    """Paths (or pathspecs) as the user typed them, relative to the current directory,
+    made relative to the work tree's top (where gitxet runs git)."""
+    if not paths or repo.worktree is None:
+        return list(paths or ())
+    top = str(repo.worktree)
+    out = []
+    for p in paths:
+        rel = os.path.relpath(os.path.abspath(p), top)
+        out.append("." if rel == os.curdir else rel)
+    return out
 
 
 def _select(  # type: ignore[no-untyped-def]
@@ -436,9 +482,19 @@ def _select(  # type: ignore[no-untyped-def]
     include: list[str] | None = None,
     exclude: list[str] | None = None,
 ):  # type: ignore[no-untyped-def]
+    """The pointer files git's index names under ``paths`` (all: none given), filtered by
+    ``include``/``exclude`` patterns. A path that names no file of the index is an error."""
     import fnmatch
 
-    files = repo.pointer_files(None, paths or ())  # the index: only what git checked out
+    from gitxet.errors import NotFoundError
+
+    wanted = _repo_paths(repo, paths)
+    if wanted:
+        unmatched = repo.unmatched_paths(wanted)
+        if unmatched:
+            shown = ", ".join(unmatched[:3]) + (", ..." if len(unmatched) > 3 else "")
+            raise NotFoundError(f"no file in the index matches {shown}")
+    files = repo.pointer_files(None, wanted)  # the index: only what git checked out
     if include:
         files = [f for f in files if any(fnmatch.fnmatch(f.path, p) for p in include)]
     if exclude:
@@ -495,6 +551,8 @@ def fetch_cmd(
     each one answered.
     """
     repo = _open_repo()
+    if remote is not None:
+        repo.remotes.require(remote)
     files = _select(repo, None, include, exclude)
     total = sum(f.pointer.size for f in files)
     from gitxet.git import process
@@ -517,6 +575,7 @@ def pull_cmd(
     """git pull, with the data of the new commits fetched in parallel first."""
     repo = _open_repo()
     name = remote or repo.default_remote() or "origin"
+    repo.remotes.require(name)
     _git(["fetch", name] + ([branch] if branch else []), cwd=repo.cwd)
     upstream = f"{name}/{branch}" if branch else "@{upstream}"
     from gitxet.errors import GitError
@@ -532,10 +591,21 @@ def pull_cmd(
     _git(["pull", name] + ([branch] if branch else []), cwd=repo.cwd)
 
 
+def _head(repo) -> str | None:  # type: ignore[no-untyped-def]
+    """HEAD's commit, or None before the first commit (an unborn branch)."""
+    from gitxet.errors import GitObjectNotFoundError
+    from gitxet.git import process
+
+    try:
+        return process.rev_parse(repo.cwd, "HEAD")
+    except GitObjectNotFoundError:
+        return None
+
+
 def status_cmd() -> None:
     """Which pointer files are materialized, and how many files' data the remote lacks."""
     repo = _open_repo()
-    files = repo.pointer_files("HEAD")
+    files = repo.pointer_files("HEAD") if _head(repo) else []
     mat = [f for f in files if f.materialized]
     ptr = [f for f in files if not f.materialized]
     unpushed = repo.unpushed()
@@ -556,6 +626,8 @@ def ls_files_cmd(
 ) -> None:
     """List pointer files of a revision with their size and Xet hash."""
     repo = _open_repo()
+    if rev == "HEAD" and _head(repo) is None:
+        return  # no commit yet: no pointer files (as git ls-files of an empty tree)
     for f in repo.pointer_files(rev):
         if as_json:
             typer.echo(

@@ -103,6 +103,10 @@ def mount_cmd(
     offline: OfflineOpt = False,
     prefetch: PrefetchOpt = None,
     read_around: ReadAroundOpt = True,
+    nonempty: Annotated[
+        bool,
+        typer.Option("--nonempty", help="Mount over a directory that has files (hiding them)."),
+    ] = False,
 ) -> None:
     """Mount a commit read-only, reading file data lazily (FUSE by default).
 
@@ -113,6 +117,15 @@ def mount_cmd(
     mnt = os.path.abspath(mountpoint)
     if not os.path.isdir(mnt):
         raise typer.BadParameter(f"{mnt} is not a directory", param_hint="MOUNTPOINT")
+    if not nonempty and any(True for _ in os.scandir(mnt)):
+        raise typer.BadParameter(
+            f"{mnt} is not empty: its files would be hidden (pass --nonempty to mount anyway)",
+            param_hint="MOUNTPOINT",
+        )
+    from gitxet.cli._errors import require
+
+    if not nfs:
+        require("mount")
     cache = (cache_dir, cache_size, offline, prefetch)
     if not foreground and not nfs:
         # the daemon opens the commit itself: here only check that repo and commit resolve
@@ -326,11 +339,20 @@ def unmount_cmd(
     mountpoint: Annotated[Path, typer.Argument(help="A gitxet mountpoint.")],
     lazy: Annotated[bool, typer.Option("--lazy", "-z", help="Detach even if busy.")] = False,
 ) -> None:
-    """Unmount and stop the serving process."""
-    from gitxet.mount.runner import unmount
+    """Unmount a gitxet mount and stop the process serving it."""
+    from gitxet.errors import NotFoundError
+    from gitxet.mount.runner import find_mount, normalize_mountpoint, unmount
 
-    unmount(os.path.abspath(mountpoint), lazy=lazy, registry=_registry())
-    typer.echo(f"git-xet: unmounted {os.path.abspath(mountpoint)}", err=True)
+    mnt = normalize_mountpoint(os.path.abspath(mountpoint))
+    registry = _registry()
+    rec = registry.get(mnt)
+    entry = find_mount(mnt)
+    if rec is None and (entry is None or not entry.source.startswith("gitxet:")):
+        what = f" ({entry.fstype} is mounted there)" if entry is not None else ""
+        raise NotFoundError(f"no gitxet mount at {mnt}{what}; 'git xet mounts' lists them")
+    unmount(mnt, lazy=lazy, registry=registry)
+    done = "unmounted" if entry is not None else "removed the record of the ended mount at"
+    typer.echo(f"git-xet: {done} {mnt}", err=True)
 
 
 def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:

@@ -28,7 +28,7 @@ def hash_cmd(
     from gitxet.chunking.pipeline import digest_stream
     from gitxet.hashing import to_hex
 
-    failed = False
+    failed = 0
     with ThreadPoolExecutor(3, thread_name_prefix="gitxet-hash") as ex:
         for p in paths:
             try:
@@ -40,9 +40,9 @@ def hash_cmd(
                     with open(p, "rb") as f:
                         d = digest_stream(f, ex)
             except OSError as e:
-                msg, _ = _errors.describe(e)
+                msg, code = _errors.describe(e)
                 typer.echo(f"git-xet: {msg}", err=True)
-                failed = True
+                failed = failed or code
                 continue
             if as_json:
                 typer.echo(
@@ -53,7 +53,7 @@ def hash_cmd(
             else:
                 typer.echo(f"{to_hex(d.hash)}  {p}")
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(failed)
 
 
 def dedup_cmd(

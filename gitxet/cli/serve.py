@@ -92,6 +92,9 @@ def serve_cmd(
     """Serve git repositories and the Xet CAS API over HTTP (Ctrl-C stops gracefully)."""
     import logging
 
+    from gitxet.cli._errors import require
+
+    require("server")
     from gitxet.errors import ConfigError
     from gitxet.server.run import Limits, ServerConfig, build_state, serve
 
@@ -176,7 +179,7 @@ def repo_create_cmd(
     name: Annotated[str, typer.Argument(help="Repository name (served as <name>.git).")],
 ) -> None:
     """Create an empty bare repository on the server."""
-    from gitxet.server.run import create_repo
+    from gitxet.server.githttp import create_repo
 
     path = create_repo(root, name)
     typer.echo(path)

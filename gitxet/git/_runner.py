@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Generator, Sequence
 from typing import IO, NamedTuple
 
-from gitxet.errors import GitCommandError, GitError
+from gitxet.errors import GitCommandError, GitError, GitObjectNotFoundError, NotARepositoryError
 
 __all__ = [
     "READ_CHUNK",
@@ -75,8 +76,27 @@ def run(args: Sequence[GitArg], cwd: PathArg | None, input: bytes | None) -> Res
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
-def fail(args: Sequence[GitArg], result: Result) -> GitCommandError:
-    return GitCommandError(argv_text(args), result.returncode, first_line(result.stderr))
+# git's words for "that revision/object does not exist" (LC_ALL=C or English)
+_UNKNOWN_NAME = (
+    re.compile(r"^fatal: Not a valid object name (.+)$"),
+    re.compile(r"^fatal: ambiguous argument '(.+)': unknown revision"),
+    re.compile(r"^fatal: bad revision '(.+)'$"),
+    re.compile(r"^fatal: invalid object name '(.+)'\.?$"),
+)
+
+
+def fail(args: Sequence[GitArg], result: Result, cwd: PathArg | None = None) -> GitError:
+    """The error of a failed git command: an unknown revision or object is
+    :class:`GitObjectNotFoundError`, no repository :class:`NotARepositoryError`, anything
+    else :class:`GitCommandError` with git's first line of stderr."""
+    line = first_line(result.stderr)
+    if line.startswith("fatal: not a git repository"):
+        return NotARepositoryError(os.path.abspath(os.fsdecode(cwd)) if cwd else os.getcwd())
+    for pattern in _UNKNOWN_NAME:
+        m = pattern.match(line)
+        if m:
+            return GitObjectNotFoundError(m.group(1))
+    return GitCommandError(argv_text(args), result.returncode, line)
 
 
 def run_git(
@@ -93,7 +113,7 @@ def run_git(
     """
     result = run(args, cwd, input)
     if check and result.returncode != 0:
-        raise fail(args, result)
+        raise fail(args, result, cwd)
     return result.stdout
 
 
@@ -138,7 +158,7 @@ def stream_records(
             finished = True
             if returncode != 0:
                 err.seek(0)
-                raise fail(args, Result(returncode, b"", err.read(64 * 1024)))
+                raise fail(args, Result(returncode, b"", err.read(64 * 1024)), cwd)
         finally:
             if not finished:  # the consumer stopped early, or we failed: don't leak git
                 proc.kill()

@@ -27,7 +27,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from gitxet.errors import GitError, GitObjectNotFoundError
+from gitxet.errors import (
+    AuthError,
+    GitError,
+    GitObjectNotFoundError,
+    NotFoundError,
+    RemoteError,
+    UnreachableError,
+)
 from gitxet.formats.pointer import MAX_POINTER_SIZE
 from gitxet.git._runner import (
     GitArg,
@@ -63,9 +70,11 @@ __all__ = [
     "current_branch",
     "git_dir",
     "git_version",
+    "index_matches",
     "iter_ls_tree",
     "list_remotes",
     "ls_tree",
+    "remote_failure",
     "remote_refs_containing",
     "remote_url",
     "rev_list_objects",
@@ -117,7 +126,7 @@ def rev_parse(cwd: PathArg, rev: str) -> str:
     result = run(["rev-parse", "--verify", "--quiet", rev], cwd, None)
     if result.returncode != 0:
         if result.stderr.strip():
-            raise fail(["rev-parse", rev], result)
+            raise fail(["rev-parse", rev], result, cwd)
         raise GitObjectNotFoundError(rev)
     return one_line(result.stdout).decode("ascii")
 
@@ -395,6 +404,31 @@ def object_format(cwd: PathArg) -> str:
     """The repository's object hash: ``sha1`` or ``sha256``."""
     fmt = config_get(cwd, "extensions.objectformat")
     return (fmt or "sha1").lower()
+
+
+def index_matches(cwd: PathArg, pathspecs: Sequence[str]) -> bool:
+    """Whether every pathspec names at least one file in the index."""
+    args = ["ls-files", "-z", "--error-unmatch", "--", *pathspecs]
+    return run(args, cwd, None).returncode == 0
+
+
+def remote_failure(url: str, message: str) -> GitError | NotFoundError | RemoteError:
+    """The typed error for git's last stderr line about fetching from ``url`` (shown
+    without credentials): unreachable, refused credentials, no such repository, or else
+    a :class:`GitError` with git's words."""
+    text = message.removeprefix("fatal: ").strip()
+    low = text.lower()
+    if "failed to connect" in low or "couldn't connect" in low or "connection refused" in low:
+        return UnreachableError("git", url, "connection refused")
+    if "could not resolve host" in low:
+        return UnreachableError("git", url, "unknown host")
+    if "timed out" in low:
+        return UnreachableError("git", url, "timed out")
+    if "authentication failed" in low or "could not read username" in low or " 403" in low:
+        return AuthError(f"{url}: the server refused the credentials (git xet login {url})")
+    if ("repository" in low and "not found" in low) or "does not appear to be a git" in low:
+        return NotFoundError(f"no repository at {url}")
+    return GitError(f"{url}: {text}")
 
 
 # ---- remotes ------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from gitxet.errors import (
     FormatError,
     IntegrityError,
     RemoteError,
+    UnreachableError,
     XorbNotFoundError,
 )
 from gitxet.formats.shard import Shard, parse_shard
@@ -101,6 +102,34 @@ def _detail(resp: httpx.Response) -> str:
         return _detail_text(resp.text)
     except (UnicodeDecodeError, httpx.ResponseNotRead):
         return ""
+
+
+def _transport_reason(exc: BaseException) -> str:
+    """A transport failure in words: ``connection refused``, ``timed out``, ``unknown host``."""
+    text = str(exc).lower()
+    if isinstance(exc, httpx.TimeoutException) or "timed out" in text:
+        return "timed out"
+    if "refused" in text:
+        return "connection refused"
+    if "name or service not known" in text or "nodename nor servname" in text:
+        return "unknown host"
+    if "no route" in text or "unreachable" in text:
+        return "no route to host"
+    if "reset" in text:
+        return "connection reset"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "the server closed the connection"
+    return type(exc).__name__
+
+
+def transport_error(what: str, url: str, exc: BaseException) -> RemoteError:
+    """The error for a request that got no HTTP answer (credentials never in the message):
+    :class:`UnreachableError` when no connection was made, else a :class:`RemoteError`."""
+    shown = strip_credentials(url)
+    reason = _transport_reason(exc)
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, ConnectionRefusedError)):
+        return UnreachableError(what, shown, reason)
+    return RemoteError(f"{what}: {reason} talking to {shown}")
 
 
 def _status_error(status: int, what: str, detail: str) -> RemoteError:
@@ -287,9 +316,7 @@ class CASClient:
         try:
             resp = self.http.request(method, url, headers=hdrs, content=content, json=json_body)
         except httpx.TransportError as e:
-            raise Retry(
-                RemoteError(f"{what}: {type(e).__name__} talking to {strip_credentials(url)}")
-            ) from None
+            raise Retry(transport_error(what, url, e)) from None
         if resp.status_code in ok:
             return resp
         err = self._error(resp, what)
@@ -423,7 +450,10 @@ class CASClient:
                     raise RemoteError(f"{what}: longer than the {want} bytes asked for")
             except (OSError, http.client.HTTPException) as e:
                 self._data.drop(url)
-                raise Retry(RemoteError(f"{what}: {type(e).__name__} after {got} bytes")) from None
+                if got == 0 and isinstance(e, ConnectionRefusedError):
+                    raise Retry(transport_error("xorb range", url, e)) from None
+                reason = _transport_reason(e)
+                raise Retry(RemoteError(f"{what}: {reason} after {got} bytes")) from None
 
         self._retrying(attempt)
         return buf
@@ -709,7 +739,7 @@ def discover(
                 else client.get(url, headers=headers)
             )
         except httpx.TransportError as e:
-            raise RemoteError(f"{where}: {type(e).__name__}") from None
+            raise transport_error("discovery", repo_url, e) from None
         if r.status_code in (401, 403):
             raise AuthError(f"{where}: HTTP {r.status_code}", r.status_code)
         if r.status_code != 200:

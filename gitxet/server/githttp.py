@@ -24,10 +24,11 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitxet.errors import GitError, GitxetError
+from gitxet.errors import ConfigError, GitError, GitxetError
 from gitxet.git.hooks import RECEIVE_CAS_ENV, RECEIVE_HOOK, RECEIVE_TOKEN_ENV, install_hooks
+from gitxet.server.auth import valid_repo_name
 
-__all__ = ["SERVICES", "CgiResponse", "GitHttpBackend"]
+__all__ = ["SERVICES", "CgiResponse", "GitHttpBackend", "create_repo", "repos_dir"]
 
 log = logging.getLogger("gitxet.server.git")
 
@@ -354,3 +355,23 @@ def _parse_cgi_headers(raw: bytes) -> tuple[int, list[tuple[str, str]]]:
         else:
             headers.append((name.strip(), value))
     return status, headers
+
+
+def repos_dir(root: str) -> str:
+    """Where the bare repositories of a server rooted at ``root`` live."""
+    return os.path.join(os.path.abspath(root), "repos")
+
+
+def create_repo(root: str, name: str) -> str:
+    """``git init --bare`` a repository under ``root``; returns its path. Needs no web
+    framework (``git xet repo create`` works without the server extra).
+
+    Raises:
+        ConfigError: invalid name, or it already exists.
+    """
+    if not valid_repo_name(name):
+        raise ConfigError(f"invalid repository name {name!r} (letters, digits, '.', '_', '-')")
+    git = GitHttpBackend(repos_dir(root))
+    if not asyncio.run(git.create(name)):
+        raise ConfigError(f"repository {name} already exists")
+    return git.repo_path(name)

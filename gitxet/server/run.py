@@ -29,15 +29,23 @@ import uvicorn
 
 from gitxet.errors import ConfigError
 from gitxet.server.app import AppState, create_app
-from gitxet.server.auth import TokenStore, valid_repo_name
+from gitxet.server.auth import TokenStore
 from gitxet.server.backends import Backend, open_backend
-from gitxet.server.githttp import GitHttpBackend
+from gitxet.server.githttp import GitHttpBackend, create_repo, repos_dir
 from gitxet.server.index import CasIndex
 from gitxet.server.limits import Limits, protocol_class
 from gitxet.server.service import CasService
 from gitxet.server.signing import UrlSigner, load_or_create_key
 
-__all__ = ["BackgroundServer", "Limits", "ServerConfig", "build_state", "create_repo", "serve"]
+__all__ = [
+    "BackgroundServer",
+    "Limits",
+    "ServerConfig",
+    "build_state",
+    "create_repo",
+    "repos_dir",
+    "serve",
+]
 
 log = logging.getLogger("gitxet.server")
 
@@ -62,11 +70,6 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
 
 
-def repos_dir(root: str) -> str:
-    """Where the bare repositories live."""
-    return os.path.join(os.path.abspath(root), "repos")
-
-
 def build_state(cfg: ServerConfig, backend: Backend | None = None) -> AppState:
     """Open storage, index it, load the signing key and the token file."""
     os.makedirs(cfg.root, exist_ok=True)
@@ -84,22 +87,6 @@ def build_state(cfg: ServerConfig, backend: Backend | None = None) -> AppState:
         max_body=cfg.max_body,
         public_url=cfg.public_url.rstrip("/") if cfg.public_url else None,
     )
-
-
-def create_repo(root: str, name: str) -> str:
-    """``git init --bare`` a repository under ``root``; returns its path.
-
-    Raises:
-        ConfigError: invalid name, or it already exists.
-    """
-    import asyncio
-
-    if not valid_repo_name(name):
-        raise ConfigError(f"invalid repository name {name!r} (letters, digits, '.', '_', '-')")
-    git = GitHttpBackend(repos_dir(root))
-    if not asyncio.run(git.create(name)):
-        raise ConfigError(f"repository {name} already exists")
-    return git.repo_path(name)
 
 
 def _uvicorn_config(cfg: ServerConfig, state: AppState) -> uvicorn.Config:

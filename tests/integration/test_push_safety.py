@@ -128,7 +128,7 @@ def test_push_repairs_a_ref_pushed_without_its_data_and_fsck_says_where(tmp_path
     lazy = tmp_path / "lazy"
     xet("clone", "--lazy", str(remote), str(lazy), cwd=tmp_path)
     r = xet("fsck", cwd=lazy, check=False)
-    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.returncode == 4, r.stdout + r.stderr
     assert "missing  new.bin: not in the local store, not on origin" in r.stdout
     assert "1 only on origin, 1 missing" in r.stdout
 
@@ -150,7 +150,7 @@ def test_push_repairs_a_ref_pushed_without_its_data_and_fsck_says_where(tmp_path
     raw[100] ^= 0xFF
     xorb.write_bytes(bytes(raw))
     r = xet("fsck", cwd=plain, check=False)
-    assert r.returncode == 1 and f"damaged  xorb {xorb.name}" in r.stdout, r.stdout
+    assert r.returncode == 3 and f"damaged  xorb {xorb.name}" in r.stdout, r.stdout
     assert "Traceback" not in r.stderr
 
 

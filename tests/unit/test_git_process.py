@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gitxet.errors import GitCommandError, GitError, GitObjectNotFoundError
+from gitxet.errors import GitCommandError, GitError, GitObjectNotFoundError, NotARepositoryError
 from gitxet.git import process as gp
 
 Git = Callable[..., str]
@@ -61,7 +61,7 @@ def test_paths(repo: Path) -> None:
     sub = repo / "dir" / "sub"
     assert gp.git_dir(sub) == repo / ".git"
     assert gp.toplevel(sub) == repo
-    with pytest.raises(GitCommandError, match="not a git repository"):
+    with pytest.raises(NotARepositoryError, match="not a git repository"):
         gp.toplevel(repo.parent)
 
 
@@ -110,7 +110,7 @@ def test_ls_tree_stops_cleanly_and_reports_errors(repo: Path) -> None:
     first = next(it)
     assert isinstance(first.path, bytes)
     it.close()  # kills git; a leaked pipe would fail the test via ResourceWarning
-    with pytest.raises(GitCommandError, match="Not a valid object name"):
+    with pytest.raises(GitObjectNotFoundError, match="nope"):
         gp.ls_tree(repo, "nope")
     with pytest.raises(GitError, match="tree-ish"):
         gp.ls_tree(repo, "-r")
@@ -271,7 +271,7 @@ def test_rev_list_objects_and_small_blobs(repo: Path, run_git_cmd: Git, tmp_path
     next(it)
     it.close()  # both git processes are stopped; a leak would raise ResourceWarning
 
-    with pytest.raises(GitCommandError):
+    with pytest.raises(GitObjectNotFoundError, match="no-such-branch"):
         list(gp.small_blobs(repo, ["no-such-branch"]))
     with pytest.raises(GitError, match="invalid revision"):
         list(gp.rev_list_objects(repo, ["--all"]))

@@ -1,0 +1,262 @@
+"""Every user mistake: one line (plus at most a hint), the documented exit code, no traceback,
+no internal git command line, no token (issue 19; docs/cli.md "Exit codes").
+
+Each case runs the real ``git-xet`` program against real repositories, a real server on
+127.0.0.1 and a port nothing listens on.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gitxet.server.auth import TokenStore
+from gitxet.server.run import BackgroundServer, ServerConfig
+
+pytestmark = pytest.mark.timeout(300)
+
+SECRET = "tok-SECRET-never-shown-0123456789"
+OK, ERROR, USAGE, INTEGRITY, NOT_FOUND, DENIED = 0, 1, 2, 3, 4, 5
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    args: tuple[str, ...]
+    cwd: str  # a key of the scenario's directories
+    code: int
+    says: str = ""  # a fragment the first line must hold
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def scene(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """Directories the cases run in, and a real server with a token."""
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    remote = tmp_path / "remote.git"
+    work = tmp_path / "work"
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    git("init", "-q", str(work), cwd=tmp_path)
+    git("remote", "add", "origin", str(remote), cwd=work)
+    subprocess.run(["git-xet", "init"], cwd=work, check=True, capture_output=True, timeout=60)
+    (work / "big.bin").write_bytes(os.urandom(300_000))
+    (work / "small.txt").write_text("hello\n")
+    git("add", ".", cwd=work)
+    git("commit", "-q", "-m", "one", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    # a clone whose file's data is nowhere: the store and the remote's store are emptied
+    orphan = tmp_path / "orphan"
+    git("clone", "-q", "-c", "xet.lazy=true", str(remote), str(orphan), cwd=tmp_path)
+    git("remote", "remove", "origin", cwd=orphan)
+    damaged = tmp_path / "damaged"
+    subprocess.run(["git-xet", "clone", str(remote), str(damaged)], cwd=tmp_path, check=True)
+    xorbs = [p for p in (damaged / ".git" / "xet" / "xorbs").rglob("*") if p.is_file()]
+    assert xorbs
+    for xorb in xorbs:
+        raw = bytearray(xorb.read_bytes())
+        raw[100] ^= 0xFF
+        xorb.unlink()  # it may be a hard link to the remote's xorb
+        xorb.write_bytes(bytes(raw))
+    unborn = tmp_path / "unborn"
+    git("init", "-q", str(unborn), cwd=tmp_path)
+    plain = tmp_path / "plain"  # a repository without gitxet
+    git("init", "-q", str(plain), cwd=tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "mnt").mkdir()
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "keep.txt").write_text("mine\n")
+    root = tmp_path / "srv"
+    ts = TokenStore(str(root))
+    write, _ = ts.create("write")
+    monkeypatch.setenv("GITXET_TOKEN", write)  # must never be printed
+    with BackgroundServer(ServerConfig(root=str(root), port=0)) as srv:
+        yield {
+            "work": str(work),
+            "orphan": str(orphan),
+            "damaged": str(damaged),
+            "unborn": str(unborn),
+            "plain": str(plain),
+            "outside": str(outside),
+            "tmp": str(tmp_path),
+            "mnt": str(tmp_path / "mnt"),
+            "full": str(full),
+            "down": f"http://user:{SECRET}@127.0.0.1:{_closed_port()}/data.git",
+            "server": srv.url,
+            "srvroot": str(root),
+            "write": write,
+        }
+
+
+CASES = [
+    Case(
+        "fetch from a remote that does not exist",
+        ("fetch", "nosuch"),
+        "work",
+        NOT_FOUND,
+        "no remote named 'nosuch'",
+    ),
+    Case(
+        "checkout a path that is not there",
+        ("checkout", "missing.bin"),
+        "work",
+        NOT_FOUND,
+        "missing.bin",
+    ),
+    Case("dematerialize a path that is not there", ("dematerialize", "nope"), "work", NOT_FOUND),
+    Case(
+        "unmount what is not mounted",
+        ("unmount", "/not/mounted"),
+        "work",
+        NOT_FOUND,
+        "no gitxet mount at /not/mounted",
+    ),
+    Case("unmount another filesystem", ("unmount", "/proc"), "work", NOT_FOUND, "proc"),
+    Case("status outside a repository", ("status",), "outside", USAGE, "not a git repository"),
+    Case("ls-files outside a repository", ("ls-files",), "outside", USAGE, "not a git repository"),
+    Case("fetch outside a repository", ("fetch",), "outside", USAGE, "not a git repository"),
+    Case("status before the first commit", ("status",), "unborn", OK),
+    Case("ls-files before the first commit", ("ls-files",), "unborn", OK),
+    Case(
+        "ls-files of a revision that does not exist",
+        ("ls-files", "nosuchrev"),
+        "work",
+        NOT_FOUND,
+        "nosuchrev",
+    ),
+    Case(
+        "mount a server that is down",
+        ("mount", "{down}", "main", "{mnt}"),
+        "work",
+        ERROR,
+        "cannot reach",
+    ),
+    Case("push to a server that is down", ("push", "{down}"), "work", ERROR, "cannot reach"),
+    Case(
+        "mount over a directory with files",
+        ("mount", ".", "main", "{full}"),
+        "work",
+        USAGE,
+        "--nonempty",
+    ),
+    Case(
+        "mount a revision that does not exist",
+        ("mount", ".", "nosuchrev", "{mnt}"),
+        "work",
+        NOT_FOUND,
+        "nosuchrev",
+    ),
+    Case(
+        "mount a repository that does not exist",
+        ("mount", "/no/such/repo", "main", "{mnt}"),
+        "work",
+        NOT_FOUND,
+    ),
+    Case(
+        "mount a subdirectory that does not exist",
+        ("mount", ".", "main", "{mnt}", "--subdir", "nosuch"),
+        "work",
+        NOT_FOUND,
+        "nosuch",
+    ),
+    Case(
+        "mount a server repository that does not exist",
+        ("mount", "{server}/nosuch.git", "main", "{mnt}"),
+        "work",
+        NOT_FOUND,
+    ),
+    Case(
+        "push to a remote that does not exist",
+        ("push", "nosuch"),
+        "work",
+        NOT_FOUND,
+        "no remote named",
+    ),
+    Case("pull from a remote that does not exist", ("pull", "nosuch"), "work", NOT_FOUND),
+    Case("push with no remote", ("push",), "unborn", USAGE, "no remote"),
+    Case("add without init", ("add", "x"), "plain", USAGE, "git xet init"),
+    Case("add a file that does not exist", ("add", "nosuch.bin"), "work", NOT_FOUND, "nosuch.bin"),
+    Case(
+        "clone a repository that does not exist",
+        ("clone", "/no/such/repo.git", "{tmp}/c"),
+        "tmp",
+        NOT_FOUND,
+    ),
+    Case("hash a file that does not exist", ("hash", "nosuch"), "work", NOT_FOUND),
+    Case("a command that does not exist", ("bogus",), "work", USAGE, "bogus"),
+    Case("an option that does not exist", ("status", "--bogus"), "work", USAGE, "--bogus"),
+    Case("a missing argument", ("mount",), "work", USAGE),
+    Case("checkout data no remote has", ("checkout",), "orphan", NOT_FOUND, "big.bin"),
+    Case("fsck of a damaged store", ("fsck",), "damaged", INTEGRITY, "damaged"),
+    Case(
+        "revoke a token that does not exist",
+        ("token", "revoke", "--root", "{srvroot}", "nosuch"),
+        "work",
+        NOT_FOUND,
+    ),
+    Case("log in with a wrong token", ("login", "--token-stdin", "{server}/x.git"), "work", DENIED),
+]
+
+
+def _fill(arg: str, dirs: dict[str, str]) -> str:
+    return arg.format(**dirs) if "{" in arg else arg
+
+
+def _check(case: Case, scene: dict[str, str]) -> str | None:
+    """None if ``case`` behaves as documented, else what went wrong."""
+    args = [_fill(a, scene) for a in case.args]
+    stdin = "wrong-token\n" if case.args[0] == "login" else ""
+    r = subprocess.run(
+        ["git-xet", *args],
+        cwd=scene[case.cwd],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=120,
+    )
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    out = r.stderr + r.stdout
+    problems = []
+    if r.returncode != case.code:
+        problems.append(f"exit {r.returncode}, documented {case.code}")
+    if "Traceback" in out or "failed (128)" in out or "internal error" in out:
+        problems.append("a traceback or internals")
+    if SECRET in out or scene["write"] in out:
+        problems.append("a token")
+    if case.code != OK:
+        if not 1 <= len(lines) <= 2 or not lines[0].startswith("git-xet: "):
+            problems.append(f"{len(lines)} lines")
+        elif len(lines) == 2 and not lines[1].startswith("hint: "):
+            problems.append("a second line that is not a hint")
+        elif case.says not in lines[0]:
+            problems.append(f"no {case.says!r}")
+    if not problems:
+        return None
+    return f"{case.name}: {'; '.join(problems)}\n  stderr: {r.stderr.strip()}"
+
+
+def test_every_mistake_says_one_line_and_its_code(scene: dict[str, str]) -> None:
+    failures = [f for f in (_check(c, scene) for c in CASES) if f]
+    assert not failures, "\n".join(failures)
+
+
+def test_every_documented_code_is_exercised() -> None:
+    """The table in docs/cli.md names these codes; each has a case here."""
+    assert {c.code for c in CASES} == {OK, ERROR, USAGE, INTEGRITY, NOT_FOUND, DENIED}
