@@ -13,6 +13,7 @@ import gitxet
 from gitxet.cli import (
     _errors,
     _interrupt,
+    completion,
     csi,
     gitcmds,
     hooks,
@@ -27,7 +28,7 @@ app = typer.Typer(
     name="git-xet",
     help="Versioned datasets in git: content-defined chunks, dedup, lazy mounts.",
     no_args_is_help=True,
-    add_completion=True,
+    add_completion=False,  # typer's --install-completion misses `git xet`: see `completion`
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -65,6 +66,7 @@ migrate.register(app)
 hooks.register(app)
 csi.register(app)
 plugins.register(app)
+completion.register(app)
 
 
 def _reflow(doc: str) -> str:

@@ -15,6 +15,7 @@ import typer
 
 from gitxet.cli import hot, tracking
 from gitxet.cli._progress import byte_progress, interactive
+from gitxet.cli.completion import pointer_paths
 
 ScopeOpt = Literal["local", "global", "system"]
 
@@ -504,7 +505,8 @@ def _select(  # type: ignore[no-untyped-def]
 
 def checkout_cmd(
     paths: Annotated[
-        list[str] | None, typer.Argument(help="Files or directories (default: all).")
+        list[str] | None,
+        typer.Argument(help="Files or directories (default: all).", autocompletion=pointer_paths),
     ] = None,
 ) -> None:
     """Materialize pointer files in the work tree (fetching their data from whichever
@@ -524,7 +526,8 @@ def checkout_cmd(
 
 def dematerialize_cmd(
     paths: Annotated[
-        list[str] | None, typer.Argument(help="Files or directories (default: all).")
+        list[str] | None,
+        typer.Argument(help="Files or directories (default: all).", autocompletion=pointer_paths),
     ] = None,
 ) -> None:
     """Turn materialized files back into pointers (data stays in the local store)."""
@@ -538,7 +541,8 @@ def fetch_cmd(
         str | None, typer.Argument(help="Remote to ask first (then every other remote).")
     ] = None,
     include: Annotated[
-        list[str] | None, typer.Option("-I", "--include", help="Only paths matching.")
+        list[str] | None,
+        typer.Option("-I", "--include", help="Only paths matching.", autocompletion=pointer_paths),
     ] = None,
     exclude: Annotated[
         list[str] | None, typer.Option("-X", "--exclude", help="Skip paths matching.")
