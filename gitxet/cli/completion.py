@@ -79,7 +79,7 @@ def script(shell: str) -> str:
 def register(app: typer.Typer) -> None:
     """Add ``completion`` and answer the shells' completion requests (``_GIT_XET_COMPLETE``),
     without typer's ``--install-completion``, which sets up ``git-xet`` but not ``git xet``."""
-    from typer.completion import completion_init
+    from typer.completion import completion_init  # type: ignore[attr-defined]
 
     completion_init()
     app.command("completion")(completion_cmd)
