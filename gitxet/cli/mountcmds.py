@@ -322,10 +322,10 @@ def nfs_serve_cmd(
     from gitxet.mount.nfs.handle import fsid_for
     from gitxet.mount.nfs.server import NFSServer
 
-    ds, sha, fs = _open_fs(repo, commit, subdir, cache_dir, cache_size, offline)
+    _, sha, fs = _open_fs(repo, commit, subdir, cache_dir, cache_size, offline)
     server = NFSServer(fs, host, port, None, fsid=fsid_for(sha))
     server.start()
-    typer.echo(f"git-xet: {ds.description} at {commit} = commit {sha}", err=True)
+    typer.echo(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}", err=True)
     typer.echo(server.url, err=False)
     sys.stdout.flush()
     try:
