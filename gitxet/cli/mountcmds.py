@@ -114,19 +114,24 @@ def mount_cmd(
     gitxet server (git metadata is mirrored into the cache; data is fetched on demand into
     the shared chunk cache).
     """
-    mnt = os.path.abspath(mountpoint)
-    if not os.path.isdir(mnt):
-        raise typer.BadParameter(f"{mnt} is not a directory", param_hint="MOUNTPOINT")
-    if not nonempty and any(True for _ in os.scandir(mnt)):
-        raise typer.BadParameter(
-            f"{mnt} is not empty: its files would be hidden (pass --nonempty to mount anyway)",
-            param_hint="MOUNTPOINT",
-        )
+    from gitxet.mount.runner import normalize_mountpoint
+
+    mnt = normalize_mountpoint(os.path.abspath(mountpoint))
+    dead = _dead_mount(mnt)
+    if dead is None:
+        _check_mountpoint(mnt, nonempty)
     from gitxet.cli._errors import require
 
     if not nfs:
         require("mount")
     cache = (cache_dir, cache_size, offline, prefetch)
+    if dead is not None:
+        # a dead mount of the same repo and commit is repaired: detached, then mounted anew
+        from gitxet.cli._env import http_access
+        from gitxet.dataset import open_dataset
+
+        access = http_access(cache_dir, cache_size, offline=offline, prefetch=prefetch)
+        _repair_dead(mnt, dead, repo, open_dataset(repo, access).resolve(commit), nonempty)
     if not foreground and not nfs:
         # the daemon opens the commit itself: here only check that repo and commit resolve
         from gitxet.cli._env import http_access
@@ -162,6 +167,65 @@ def mount_cmd(
         )
     finally:
         fs.close()
+
+
+def _check_mountpoint(mnt: str, nonempty: bool) -> None:
+    if not os.path.isdir(mnt):
+        raise typer.BadParameter(f"{mnt} is not a directory", param_hint="MOUNTPOINT")
+    if not nonempty and any(True for _ in os.scandir(mnt)):
+        raise typer.BadParameter(
+            f"{mnt} is not empty: its files would be hidden (pass --nonempty to mount anyway)",
+            param_hint="MOUNTPOINT",
+        )
+
+
+def _dead_mount(mnt: str) -> tuple[str, str] | None:
+    """(repo, commit) of the dead gitxet mount at ``mnt`` ("" where unknown), else ``None``.
+
+    A live mount there is refused later (by the daemon start); a dead one (its daemon gone,
+    "Transport endpoint is not connected") can be repaired.
+    """
+    from gitxet.mount.runner import HEALTH_DEAD, HEALTH_OK, find_mount, mount_health
+
+    entry = find_mount(mnt)
+    if entry is None or not entry.source.startswith("gitxet:"):
+        return None
+    rec = _registry().get(mnt)
+    health = mount_health(mnt)
+    if rec is not None and health == HEALTH_OK:
+        from gitxet.mount.runner import process_alive
+
+        if not process_alive(rec.pid, rec.start_time):
+            health = HEALTH_DEAD  # served by an orphan nobody manages: replace it
+    if health != HEALTH_DEAD:
+        return None
+    if rec is not None:
+        return rec.repo, rec.commit
+    return "", entry.source.removeprefix("gitxet:")
+
+
+def _location(repo: str) -> str:
+    """``repo`` as records and listings show it: a local path made absolute (it must mean
+    the same from any directory), a URL without credentials."""
+    return strip_credentials(repo) if "://" in repo else os.path.abspath(repo)
+
+
+def _repair_dead(mnt: str, dead: tuple[str, str], repo: str, sha: str, nonempty: bool) -> None:
+    from gitxet.errors import MountError
+    from gitxet.mount.runner import unmount
+
+    old_repo, old_commit = dead
+    same_repo = not old_repo or old_repo == _location(repo)
+    if not (same_repo and old_commit and sha.startswith(old_commit)):
+        shown = f"{old_repo or 'a repository'} at {old_commit[:12] or '?'}"
+        raise MountError(
+            mnt,
+            f"a dead gitxet mount of {shown} is there; "
+            f"'git xet unmount {mnt}' first to mount something else",
+        )
+    unmount(mnt, lazy=True, registry=_registry())
+    _check_mountpoint(mnt, nonempty)
+    typer.echo(f"git-xet: detached the dead mount at {mnt}; mounting again", err=True)
 
 
 def _start_daemon(
@@ -201,7 +265,7 @@ def _start_daemon(
         return 0
 
     proc = start_background(daemon, mnt, timeout=timeout, log_path=_log_path(mnt))
-    _record_daemon(proc, repo, sha, cache[0])
+    _record_daemon(proc, repo, sha, cache[0], subdir)
 
 
 def _log_path(mnt: str) -> str:
@@ -212,7 +276,7 @@ def _log_path(mnt: str) -> str:
     return log_path_for(logs, mnt)
 
 
-def _record_daemon(proc, repo: str, sha: str, cache_dir: str | None) -> None:  # type: ignore[no-untyped-def]
+def _record_daemon(proc, repo: str, sha: str, cache_dir: str | None, subdir: str | None) -> None:  # type: ignore[no-untyped-def]
     from gitxet.mount.runner import MountRecord
     from gitxet.settings import cache_root
 
@@ -220,9 +284,10 @@ def _record_daemon(proc, repo: str, sha: str, cache_dir: str | None) -> None:  #
         MountRecord.for_process(
             proc,
             kind="fuse",
-            repo=strip_credentials(repo),  # records never carry credentials
+            repo=_location(repo),  # records never carry credentials
             commit=sha,
             cache_dir=cache_root(cache_dir),
+            subdir=(subdir or "").strip("/"),
         )
     )
     typer.echo(
@@ -266,7 +331,7 @@ def _exec_daemon(
     argv += ["--", strip_credentials(repo), sha, mnt]
     env = child_env({TOKEN_ENV: token} if token else None, drop=(TOKEN_ENV,))
     proc = start_background(argv, mnt, timeout=timeout, log_path=_log_path(mnt), cwd="/", env=env)
-    _record_daemon(proc, repo, sha, cache_dir)
+    _record_daemon(proc, repo, sha, cache_dir, subdir)
 
 
 def _mount_nfs(fs, sha: str, mnt: str) -> None:  # type: ignore[no-untyped-def]
@@ -356,33 +421,42 @@ def unmount_cmd(
 
 
 def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """List active gitxet mounts: mountpoint, kind, commit, repo, pid and where data comes from.
+    """List gitxet mounts: mountpoint, state, kind, commit, subdir, repo, pid, data source.
 
-    A mount of an http(s) repository reads through the shared chunk cache, whose use is
-    shown; a mount of a local repository reads that repository's own store.
+    STATE is ``ok``, ``dead`` (its daemon is gone: reads fail with "Transport endpoint is not
+    connected"; the line says how to repair it) or ``hung`` (it does not answer). A mount of
+    an http(s) repository reads through the shared chunk cache, whose use is shown; a mount
+    of a local repository reads that repository's own store.
     """
     from gitxet.cli._progress import human_size
     from gitxet.data.remote_source import node_cache_bytes
+    from gitxet.mount.runner import HEALTH_DEAD, mount_health, unrecorded_gitxet_mounts
 
     usage: dict[str, int] = {}
-    for rec in _registry().list():
+    statuses = _registry().statuses()
+    for st in statuses:
+        rec = st.record
         remote = rec.repo.startswith(("http://", "https://"))
         if remote and rec.cache_dir not in usage:
             usage[rec.cache_dir] = node_cache_bytes(rec.cache_dir)
         cached = usage.get(rec.cache_dir, 0) if remote else None
+        fix = _fix_for(st.state, rec.mountpoint, rec.repo, rec.commit, rec.subdir)
         if as_json:
             typer.echo(
                 json.dumps(
                     {
                         "mountpoint": rec.mountpoint,
+                        "state": st.state,
                         "pid": rec.pid,
                         "kind": rec.kind,
                         "repo": rec.repo,
                         "commit": rec.commit,
+                        "subdir": rec.subdir,
                         "data": "chunk cache" if remote else "local store",
                         "cache_dir": rec.cache_dir if remote else None,
                         "cache_bytes": cached,
                         "log": rec.log_path,
+                        "fix": fix,
                     }
                 )
             )
@@ -392,10 +466,45 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
                 if cached is not None
                 else "data from the repository's store"
             )
+            where = f"{rec.commit[:12]}" + (f":/{rec.subdir}" if rec.subdir else "")
             typer.echo(
-                f"{rec.mountpoint}\t{rec.kind}\t{rec.commit[:12]}\t{rec.repo}\tpid {rec.pid}"
-                f"\t{data}"
+                f"{rec.mountpoint}\t{st.state}\t{rec.kind}\t{where}\t{rec.repo}"
+                f"\tpid {rec.pid}\t{data}"
             )
+            if fix:
+                typer.echo(f"  {fix}")
+    # gitxet mounts nobody recorded (another state dir, a crashed plugin): shown when dead,
+    # since then they only get in the way
+    for entry in unrecorded_gitxet_mounts([st.record.mountpoint for st in statuses]):
+        if mount_health(entry.mountpoint) != HEALTH_DEAD:
+            continue
+        fix = _fix_for(HEALTH_DEAD, entry.mountpoint, "", "", "")
+        if as_json:
+            commit = entry.source.removeprefix("gitxet:")
+            typer.echo(
+                json.dumps(
+                    {"mountpoint": entry.mountpoint, "state": HEALTH_DEAD, "commit": commit}
+                    | {"fix": fix}
+                )
+            )
+        else:
+            typer.echo(f"{entry.mountpoint}\t{HEALTH_DEAD}\tfuse\t{entry.source}\t(no record)")
+            typer.echo(f"  {fix}")
+
+
+def _fix_for(state: str, mnt: str, repo: str, commit: str, subdir: str) -> str:
+    """What to run about a mount in ``state`` ("" when nothing is wrong)."""
+    from gitxet.mount.runner import HEALTH_DEAD, HEALTH_HUNG
+
+    if state == HEALTH_DEAD:
+        again = ""
+        if repo:
+            sub = f" --subdir {subdir}" if subdir else ""
+            again = f"'git xet mount{sub} {repo} {commit} {mnt}' to repair, or "
+        return f"the mount's daemon is gone: {again}'git xet unmount {mnt}' to remove it"
+    if state == HEALTH_HUNG:
+        return f"the mount does not answer: 'git xet unmount --lazy {mnt}' to detach it"
+    return ""
 
 
 def warmup_cmd(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import json
 import os
 import re
@@ -31,14 +32,14 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from gitxet.errors import FormatError, MountError
-from gitxet.formats.record import parse_record
+from gitxet.formats.record import check_record, load_json_object
 from gitxet.util.records import RecordDir, record_name
 
 MOUNTINFO = "/proc/self/mountinfo"
 LOG_TAIL_LINES = 20
 _LOG_TAIL_BYTES = 16 * 1024  # never read more than this of a daemon log for an error message
 _RECORD_MAX_BYTES = 64 * 1024  # a registry record is a few hundred bytes; refuse anything huge
-_RECORD_VERSION = 1
+_RECORD_VERSION = 2  # 2 added subdir and metrics; version 1 records are still read
 _KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
 _HELPER_TIMEOUT = 10.0  # a fusermount3 / umount call that takes longer than this is stuck
 _MOUNT_KINDS = ("fuse", "nfs")
@@ -264,23 +265,65 @@ def _open_log(log_path: str | None) -> tuple[int, str, int]:
 
 def _stat_answers(mountpoint: str, timeout: float) -> str | None:
     """``None`` when ``stat(mountpoint)`` returns within ``timeout``, else why it did not."""
-    outcome: builtins.list[str | None] = []
+    outcome = _stat_outcome(mountpoint, timeout)
+    if outcome is _NO_ANSWER:
+        return "the mount does not answer stat()"
+    return None if outcome is None else f"stat failed: {outcome}"
+
+
+_NO_ANSWER = OSError(errno.ETIMEDOUT, "no answer")
+_DEAD_ERRNOS = (errno.ENOTCONN, errno.ECONNABORTED)  # nobody serves the FUSE connection
+
+
+def _stat_outcome(mountpoint: str, timeout: float) -> OSError | None:
+    """``None`` when ``stat(mountpoint)`` answers within ``timeout``, else its error
+    (``_NO_ANSWER`` when it did not return in time)."""
+    outcome: builtins.list[OSError | None] = []
 
     def probe() -> None:
         try:
             os.stat(mountpoint)
             outcome.append(None)
         except OSError as exc:
-            outcome.append(f"stat failed: {exc}")
+            outcome.append(exc)
 
     # A daemon thread: if the mount hangs, the thread is stuck until the daemon is killed,
     # which aborts the FUSE connection and releases it.
     t = threading.Thread(target=probe, name="gitxet-mount-probe", daemon=True)
     t.start()
     t.join(max(timeout, 0.1))
-    if not outcome:
-        return "the mount does not answer stat()"
-    return outcome[0]
+    return outcome[0] if outcome else _NO_ANSWER
+
+
+#: health of a mountpoint, as :func:`mount_health` reports it
+HEALTH_OK = "ok"  # mounted and answering
+HEALTH_DEAD = "dead"  # mounted, but nothing serves it ("Transport endpoint is not connected")
+HEALTH_HUNG = "hung"  # mounted, but stat() did not answer in time (a wedged daemon)
+HEALTH_ABSENT = "absent"  # nothing is mounted there
+
+
+def mount_health(mountpoint: str, timeout: float = 2.0) -> str:
+    """Whether the mount at ``mountpoint`` serves: one of the ``HEALTH_*`` values.
+
+    The mount table is read first (never blocks); then one ``stat`` in a helper thread,
+    bounded by ``timeout``. A mount whose FUSE connection has no daemon any more answers
+    ENOTCONN (or ECONNABORTED after an abort): that is a dead mount.
+    """
+    mnt = normalize_mountpoint(mountpoint)
+    if not is_mounted(mnt):
+        return HEALTH_ABSENT
+    outcome = _stat_outcome(mnt, timeout)
+    if outcome is None:
+        return HEALTH_OK
+    if outcome is _NO_ANSWER:
+        return HEALTH_HUNG
+    return HEALTH_DEAD if outcome.errno in _DEAD_ERRNOS else HEALTH_OK
+
+
+def detach_dead(mountpoint: str) -> None:
+    """Lazily detach a dead mount (``fusermount3 -uz``): open files on it keep failing, new
+    lookups of the path see the directory under it again."""
+    _run_unmount(normalize_mountpoint(mountpoint), lazy=True)
 
 
 class _Child(Protocol):
@@ -534,10 +577,20 @@ class MountRecord:
     cache_dir: str
     started_at: float
     log_path: str = ""
+    subdir: str = ""  # the directory of the commit served as the root ("" for the whole tree)
+    metrics: str = ""  # host:port of the daemon's Prometheus endpoint ("" when off)
 
     @classmethod
     def for_process(
-        cls, proc: MountProcess, *, kind: str, repo: str, commit: str, cache_dir: str
+        cls,
+        proc: MountProcess,
+        *,
+        kind: str,
+        repo: str,
+        commit: str,
+        cache_dir: str,
+        subdir: str = "",
+        metrics: str = "",
     ) -> MountRecord:
         """The record of a daemon returned by :func:`start_background`."""
         return cls(
@@ -550,6 +603,8 @@ class MountRecord:
             cache_dir=cache_dir,
             started_at=proc.started_at,
             log_path=proc.log_path,
+            subdir=subdir,
+            metrics=metrics,
         )
 
     def to_json(self) -> bytes:
@@ -571,9 +626,11 @@ class MountRecord:
             "started_at": (float, int),
             "log_path": (str,),
         }
-        body = parse_record(
-            data, what, version=_RECORD_VERSION, types=types, max_bytes=_RECORD_MAX_BYTES
-        )
+        raw = load_json_object(data, what, max_bytes=_RECORD_MAX_BYTES)
+        version = raw.get("version")
+        if version != 1:  # version 1: written before subdir and metrics were recorded
+            types.update(subdir=(str,), metrics=(str,))
+        body = check_record(raw, what, version=1 if version == 1 else _RECORD_VERSION, types=types)
         if body["kind"] not in _MOUNT_KINDS:
             raise FormatError(what, f"unknown mount kind {body['kind']!r}")
         if body["pid"] <= 0 or body["start_time"] < 0:
@@ -590,6 +647,8 @@ class MountRecord:
             cache_dir=body["cache_dir"],
             started_at=float(body["started_at"]),
             log_path=body["log_path"],
+            subdir=body.get("subdir", ""),
+            metrics=body.get("metrics", ""),
         )
 
 
@@ -625,18 +684,50 @@ class MountRegistry:
         return self._records.remove(normalize_mountpoint(mountpoint))
 
     def list(self) -> builtins.list[MountRecord]:
-        """Records of live mounts, by mountpoint; prunes records of dead daemons or unmounts."""
+        """Records of live mounts (daemon running), by mountpoint; see :meth:`statuses`."""
+        return [st.record for st in self.statuses(probe=False) if st.state == HEALTH_OK]
+
+    def statuses(self, *, probe: bool = True, timeout: float = 2.0) -> builtins.list[MountStatus]:
+        """Every recorded mount that is still in the mount table, with its health.
+
+        Records of mounts that are gone from the table are pruned. A mount whose daemon
+        died stays (``dead``: it needs ``unmount`` or a repairing ``mount``). With ``probe``,
+        a mount whose daemon runs is also asked one ``stat`` (``dead`` when its FUSE
+        connection is gone, ``hung`` when it does not answer within ``timeout``).
+        """
         records = self._records.list()
         if not records:
             return []
         mounted = {row.mountpoint for row in mount_table()}
-        live: builtins.list[MountRecord] = []
+        out: builtins.list[MountStatus] = []
         for rec in records:
-            if rec.mountpoint in mounted and process_alive(rec.pid, rec.start_time):
-                live.append(rec)
-            else:
+            if rec.mountpoint not in mounted:
                 self._records.remove(rec.mountpoint)
-        return live
+                continue
+            if not process_alive(rec.pid, rec.start_time):
+                state = HEALTH_DEAD
+            elif probe:
+                state = mount_health(rec.mountpoint, timeout)
+            else:
+                state = HEALTH_OK
+            out.append(MountStatus(rec, state))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class MountStatus:
+    """A recorded mount and its health (a ``HEALTH_*`` value)."""
+
+    record: MountRecord
+    state: str
+
+
+def unrecorded_gitxet_mounts(known: Sequence[str]) -> builtins.list[MountTableEntry]:
+    """gitxet FUSE mounts in the mount table whose mountpoint is not in ``known``."""
+    seen = set(known)
+    return [
+        row for row in mount_table() if row.fstype == "fuse.gitxet" and row.mountpoint not in seen
+    ]
 
 
 def _replace_mountpoint(rec: MountRecord, mountpoint: str) -> MountRecord:

@@ -131,7 +131,12 @@ class Mounter(Protocol):
         ...
 
     def is_mounted(self, target: str) -> bool:
-        """Whether a live mount of this mounter serves ``target``."""
+        """Whether a live mount of this mounter serves ``target`` (a dead one does not)."""
+        ...
+
+    def health(self, target: str) -> str:
+        """``ok``, ``dead`` (recorded and still in the mount table, but its daemon or FUSE
+        connection is gone), ``hung`` or ``absent`` (``gitxet.mount.runner.HEALTH_*``)."""
         ...
 
 
@@ -288,10 +293,13 @@ class _Record:
         )
 
 
-def _record_live(rec: _Record, mounted: set[str]) -> bool:
+def _record_live(rec: _Record, mounted: set[str], *, probe: bool = False) -> bool:
     # The process check comes first: it also reaps a daemon of ours that exited (no zombies
-    # in a long-running plugin).
-    return runner.process_alive(rec.pid, rec.start_time) and rec.target in mounted
+    # in a long-running plugin). ``probe`` also asks the mount one stat(): a daemon that
+    # runs but whose FUSE connection is gone (aborted) serves nothing either.
+    if not (runner.process_alive(rec.pid, rec.start_time) and rec.target in mounted):
+        return False
+    return not probe or runner.mount_health(rec.target) != runner.HEALTH_DEAD
 
 
 # ---- the subprocess mounter ------------------------------------------------------------------
@@ -353,9 +361,9 @@ class SubprocessMounter:
         with self._lock(mnt):
             existing = self._records.get(mnt)
             if existing is not None:
-                if _record_live(existing, self._mounted()):
+                if _record_live(existing, self._mounted(), probe=True):
                     return self._same_or_raise(existing, spec, mnt)
-                self._clear_stale(existing)
+                self._clear_stale(existing)  # a dead mount: detached, then mounted anew
             elif runner.is_mounted(mnt):
                 raise MountError(mnt, "something else is already mounted there")
             # Resolved even when given a full sha: an unknown repo or commit is then a clear
@@ -476,9 +484,19 @@ class SubprocessMounter:
         return [r.info() for r in self._records.list() if _record_live(r, mounted)]
 
     def is_mounted(self, target: str) -> bool:
-        """See :meth:`Mounter.is_mounted`."""
+        """See :meth:`Mounter.is_mounted`; a dead mount (its daemon gone) is not mounted."""
         rec = self._records.get(runner.normalize_mountpoint(target))
-        return rec is not None and _record_live(rec, self._mounted())
+        return rec is not None and _record_live(rec, self._mounted(), probe=True)
+
+    def health(self, target: str) -> str:
+        """A ``runner.HEALTH_*`` value for ``target``: ``absent`` when this mounter has no
+        mount there, ``dead`` when its daemon is gone or its connection is."""
+        rec = self._records.get(runner.normalize_mountpoint(target))
+        if rec is None or rec.target not in self._mounted():
+            return runner.HEALTH_ABSENT
+        if not runner.process_alive(rec.pid, rec.start_time):
+            return runner.HEALTH_DEAD
+        return runner.mount_health(rec.target)
 
     def get(self, target: str) -> MountInfo | None:
         """The recorded mount at ``target`` (live or not), or ``None``."""

@@ -25,6 +25,7 @@ class FakeMounter:
         self.tokens: dict[str, str | None] = {}
         self.calls: list[tuple[str, str]] = []
         self.fail_next: MountError | None = None
+        self.dead: set[str] = set()  # targets whose (pretend) daemon died
         self._pid = 1000
 
     def resolve(self, spec: MountSpec, target: str = "mount") -> str:
@@ -43,6 +44,10 @@ class FakeMounter:
         validate_spec(spec, target)
         sha = self.resolve(spec, target)
         have = self.mounts.get(target)
+        if have is not None and target in self.dead:  # a dead mount: replaced
+            self.dead.discard(target)
+            have = None
+            del self.mounts[target]
         if have is not None:
             if have.spec == spec.without_token() or (
                 have.commit_sha == sha and have.spec.repo == spec.repo
@@ -63,9 +68,17 @@ class FakeMounter:
         self.calls.append(("unmount", target))
         self.mounts.pop(target, None)
         self.tokens.pop(target, None)
+        self.dead.discard(target)
 
     def list(self) -> list[MountInfo]:
         return sorted(self.mounts.values(), key=lambda m: m.target)
 
     def is_mounted(self, target: str) -> bool:
-        return os.path.abspath(target) in self.mounts
+        target = os.path.abspath(target)
+        return target in self.mounts and target not in self.dead
+
+    def health(self, target: str) -> str:
+        target = os.path.abspath(target)
+        if target not in self.mounts:
+            return "absent"
+        return "dead" if target in self.dead else "ok"

@@ -348,6 +348,21 @@ def test_volume_lifecycle_with_a_real_engine(
         assert inspect_mounts() == 0
         wait_for("the mount daemon to exit", lambda: not pid_alive(daemon))
 
+        # kill -9 the mount daemon under a running container: the next container that uses
+        # the volume gets a working mount again (the plugin sees the dead one and remounts)
+        holder = start_sleeper()
+        (dead,) = plugin.daemon_pids()
+        daemons.add(dead)
+        os.kill(dead, signal.SIGKILL)
+        wait_for("the killed daemon to exit", lambda: not pid_alive(dead))
+        out = run_in("sha256sum", "/data/big.bin", "/data/sub/a.txt")
+        got = {line.split()[1].removeprefix("/data/"): line.split()[0] for line in out.splitlines()}
+        assert got == want
+        assert plugin.daemon_pids() != [dead] and len(plugin.daemon_pids()) == 1
+        daemons.update(plugin.daemon_pids())
+        engine.out("rm", "-f", holder)
+        wait_for("the unmount", lambda: mounts_at(target) == 0)
+
         # docker volume rm: gone from the list, nothing mounted, no daemon left
         first = start_sleeper()
         daemons.update(plugin.daemon_pids())

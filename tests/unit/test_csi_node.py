@@ -163,7 +163,53 @@ def test_node_info_and_capabilities(plugin: Plugin) -> None:
     assert info.max_volumes_per_node == 7
     assert not info.HasField("accessible_topology")
     caps = plugin.stub.NodeGetCapabilities(csi_pb2.NodeGetCapabilitiesRequest())
-    assert list(caps.capabilities) == []  # no STAGE_UNSTAGE_VOLUME: publish mounts directly
+    rpc = csi_pb2.NodeServiceCapability.RPC
+    # no STAGE_UNSTAGE_VOLUME (publish mounts directly); stats carry the volume's condition
+    assert [c.rpc.type for c in caps.capabilities] == [rpc.GET_VOLUME_STATS, rpc.VOLUME_CONDITION]
+
+
+def test_volume_stats_report_and_repair_a_dead_mount(plugin: Plugin) -> None:
+    target = plugin.target()
+    plugin.stub.NodePublishVolume(
+        publish_request(
+            target,
+            secrets={"token": TOKEN},
+            volume_context={"repo": "/data/ds.git", "commit": "main", "subdir": "sub"},
+        )
+    )
+    req = csi_pb2.NodeGetVolumeStatsRequest(volume_id="vol-1", volume_path=target)
+    stats = plugin.stub.NodeGetVolumeStats(req)
+    assert not stats.volume_condition.abnormal
+    # the daemon dies: the next stats call mounts it again (same spec, same token, pinned
+    # commit) and reports the volume abnormal, since containers keep the dead mount
+    plugin.mounter.dead.add(target)
+    first_pid = plugin.mounter.mounts[target].pid
+    stats = plugin.stub.NodeGetVolumeStats(req)
+    assert stats.volume_condition.abnormal
+    assert "restart the pod" in stats.volume_condition.message
+    info = plugin.mounter.mounts[target]
+    assert info.pid != first_pid and plugin.mounter.is_mounted(target)
+    assert info.spec.subdir == "sub" and info.commit_sha == SHA1
+    assert plugin.mounter.tokens[target] == TOKEN
+    code, _ = code_of(
+        lambda: plugin.stub.NodeGetVolumeStats(
+            csi_pb2.NodeGetVolumeStatsRequest(volume_id="other", volume_path=target)
+        )
+    )
+    assert code == grpc.StatusCode.NOT_FOUND
+    # a republish of a dead mount mounts it again too
+    plugin.mounter.dead.add(target)
+    plugin.stub.NodePublishVolume(
+        publish_request(
+            target,
+            secrets={"token": TOKEN},
+            volume_context={"repo": "/data/ds.git", "commit": "main", "subdir": "sub"},
+        )
+    )
+    assert plugin.mounter.is_mounted(target)
+    plugin.stub.NodeUnpublishVolume(unpublish_request(target))
+    code, _ = code_of(lambda: plugin.stub.NodeGetVolumeStats(req))
+    assert code == grpc.StatusCode.NOT_FOUND
 
 
 # ---- publish / unpublish -------------------------------------------------------------------

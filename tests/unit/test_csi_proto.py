@@ -70,6 +70,7 @@ def test_wire_names_and_numbers_follow_the_csi_spec() -> None:
         "csi.v1.Node": [
             "NodeGetCapabilities",
             "NodeGetInfo",
+            "NodeGetVolumeStats",
             "NodePublishVolume",
             "NodeUnpublishVolume",
         ],

@@ -201,14 +201,18 @@ def test_registry_roundtrip_and_atomic_files(tmp_path: Path) -> None:
     files = os.listdir(tmp_path / "state")
     assert len(files) == 1 and files[0].endswith(".json")  # no temp files left behind
     body = json.loads((tmp_path / "state" / files[0]).read_text())
-    assert body["version"] == 1 and body["kind"] == "fuse"
+    assert body["version"] == 2 and body["kind"] == "fuse"
+    # a version 1 record (before subdir and metrics were recorded) is still read
+    del body["subdir"], body["metrics"]
+    (tmp_path / "state" / files[0]).write_text(json.dumps({**body, "version": 1}))
+    assert reg.get("/proc") == r
     assert reg.remove("/proc") is True
     assert reg.remove("/proc") is False
     assert reg.get("/proc") is None
     assert MountRegistry(tmp_path / "never-created").list() == []
 
 
-def test_registry_list_prunes_dead_and_unmounted(tmp_path: Path) -> None:
+def test_registry_prunes_unmounted_and_keeps_dead_mounts(tmp_path: Path) -> None:
     reg = MountRegistry(tmp_path)
     done = subprocess.Popen([sys.executable, "-c", "pass"])
     dead_start = process_start_time(done.pid)
@@ -220,8 +224,11 @@ def test_registry_list_prunes_dead_and_unmounted(tmp_path: Path) -> None:
     reg.record(rec(other, start=(MY_START or 0) + 7))  # mounted, but the pid was recycled
     reg.record(rec(str(tmp_path / "not-mounted")))  # mountpoint unmounted
     assert reg.list() == [live]
-    assert len(os.listdir(tmp_path)) == 1
-    assert reg.get("/") is None
+    # the unmounted one is pruned; mounted ones whose daemon died stay, shown dead
+    assert len(os.listdir(tmp_path)) == 3
+    states = {st.record.mountpoint: st.state for st in reg.statuses(probe=False)}
+    assert states == {"/proc": "ok", "/": "dead", other: "dead"}
+    assert reg.get(str(tmp_path / "not-mounted")) is None
 
 
 def _bad_record(tmp_path: Path, reg: MountRegistry, body: object) -> None:
@@ -233,7 +240,7 @@ def _bad_record(tmp_path: Path, reg: MountRegistry, body: object) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"version": 2}, "unsupported version"),
+        ({"version": 3}, "unsupported version"),
         ({"pid": "12"}, "wrong type"),
         ({"pid": True}, "wrong type"),
         ({"kind": "smb"}, "unknown mount kind"),

@@ -208,6 +208,52 @@ class NodeUnpublishVolumeResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class NodeGetVolumeStatsRequest(_message.Message):
+    __slots__ = ("volume_id", "volume_path", "staging_target_path")
+    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_PATH_FIELD_NUMBER: _ClassVar[int]
+    STAGING_TARGET_PATH_FIELD_NUMBER: _ClassVar[int]
+    volume_id: str
+    volume_path: str
+    staging_target_path: str
+    def __init__(self, volume_id: _Optional[str] = ..., volume_path: _Optional[str] = ..., staging_target_path: _Optional[str] = ...) -> None: ...
+
+class NodeGetVolumeStatsResponse(_message.Message):
+    __slots__ = ("usage", "volume_condition")
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_CONDITION_FIELD_NUMBER: _ClassVar[int]
+    usage: _containers.RepeatedCompositeFieldContainer[VolumeUsage]
+    volume_condition: VolumeCondition
+    def __init__(self, usage: _Optional[_Iterable[_Union[VolumeUsage, _Mapping]]] = ..., volume_condition: _Optional[_Union[VolumeCondition, _Mapping]] = ...) -> None: ...
+
+class VolumeUsage(_message.Message):
+    __slots__ = ("available", "total", "used", "unit")
+    class Unit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        UNKNOWN: _ClassVar[VolumeUsage.Unit]
+        BYTES: _ClassVar[VolumeUsage.Unit]
+        INODES: _ClassVar[VolumeUsage.Unit]
+    UNKNOWN: VolumeUsage.Unit
+    BYTES: VolumeUsage.Unit
+    INODES: VolumeUsage.Unit
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    available: int
+    total: int
+    used: int
+    unit: VolumeUsage.Unit
+    def __init__(self, available: _Optional[int] = ..., total: _Optional[int] = ..., used: _Optional[int] = ..., unit: _Optional[_Union[VolumeUsage.Unit, str]] = ...) -> None: ...
+
+class VolumeCondition(_message.Message):
+    __slots__ = ("abnormal", "message")
+    ABNORMAL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    abnormal: bool
+    message: str
+    def __init__(self, abnormal: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+
 class NodeGetCapabilitiesRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -207,6 +207,11 @@ class NodeStub:
                 request_serializer=gitxet_dot_plugins_dot_csi_dot_csi__pb2.NodeUnpublishVolumeRequest.SerializeToString,
                 response_deserializer=gitxet_dot_plugins_dot_csi_dot_csi__pb2.NodeUnpublishVolumeResponse.FromString,
                 _registered_method=True)
+        self.NodeGetVolumeStats = channel.unary_unary(
+                '/csi.v1.Node/NodeGetVolumeStats',
+                request_serializer=gitxet_dot_plugins_dot_csi_dot_csi__pb2.NodeGetVolumeStatsRequest.SerializeToString,
+                response_deserializer=gitxet_dot_plugins_dot_csi_dot_csi__pb2.NodeGetVolumeStatsResponse.FromString,
+                _registered_method=True)
         self.NodeGetCapabilities = channel.unary_unary(
                 '/csi.v1.Node/NodeGetCapabilities',
                 request_serializer=gitxet_dot_plugins_dot_csi_dot_csi__pb2.NodeGetCapabilitiesRequest.SerializeToString,
@@ -229,6 +234,12 @@ class NodeServicer:
         raise NotImplementedError('Method not implemented!')
 
     def NodeUnpublishVolume(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def NodeGetVolumeStats(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -258,6 +269,11 @@ def add_NodeServicer_to_server(servicer, server):
                     servicer.NodeUnpublishVolume,
                     request_deserializer=gitxet_dot_plugins_dot_csi_dot_csi__pb2.NodeUnpublishVolumeRequest.FromString,
                     response_serializer=gitxet_dot_plugins_dot_csi_dot_csi__pb2.NodeUnpublishVolumeResponse.SerializeToString,
+            ),
+            'NodeGetVolumeStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.NodeGetVolumeStats,
+                    request_deserializer=gitxet_dot_plugins_dot_csi_dot_csi__pb2.NodeGetVolumeStatsRequest.FromString,
+                    response_serializer=gitxet_dot_plugins_dot_csi_dot_csi__pb2.NodeGetVolumeStatsResponse.SerializeToString,
             ),
             'NodeGetCapabilities': grpc.unary_unary_rpc_method_handler(
                     servicer.NodeGetCapabilities,
@@ -324,6 +340,33 @@ class Node:
             '/csi.v1.Node/NodeUnpublishVolume',
             gitxet_dot_plugins_dot_csi_dot_csi__pb2.NodeUnpublishVolumeRequest.SerializeToString,
             gitxet_dot_plugins_dot_csi_dot_csi__pb2.NodeUnpublishVolumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NodeGetVolumeStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Node/NodeGetVolumeStats',
+            gitxet_dot_plugins_dot_csi_dot_csi__pb2.NodeGetVolumeStatsRequest.SerializeToString,
+            gitxet_dot_plugins_dot_csi_dot_csi__pb2.NodeGetVolumeStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

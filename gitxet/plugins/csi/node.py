@@ -19,11 +19,13 @@ import errno
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from gitxet.errors import FormatError, MountError, MountSpecError, RepoUnavailableError
+from gitxet.mount.runner import HEALTH_ABSENT, HEALTH_DEAD, HEALTH_HUNG, HEALTH_OK
 from gitxet.plugins.csi import csi_pb2, csi_pb2_grpc, rpc
 from gitxet.plugins.csi.volumes import (
     CsiRequestError,
@@ -66,6 +68,12 @@ class NodeService:
         self.records = VolumeRecords(os.path.join(state_dir, "volumes"))
         self._busy: set[str] = set()
         self._busy_lock = threading.Lock()
+        # the last publish's token per target, in memory only (never stored): what a remount
+        # of a dead mount needs between two publishes
+        self._tokens: dict[str, str | None] = {}
+        # targets whose mount was remounted after its daemon died, with when: containers
+        # that had it bind-mounted keep the dead one, so the volume stays "abnormal"
+        self._repaired: dict[str, float] = {}
         self._ready = threading.Event()
 
     # -- readiness
@@ -141,7 +149,10 @@ class NodeService:
                     )
                 if self.mounter.is_mounted(target):
                     log.debug("volume %s already published at %s", req.volume_id, target)
+                    self._tokens[target] = req.token
                     return
+                if self.mounter.health(target) == HEALTH_DEAD:
+                    self._repaired[target] = time.time()
                 log.info(
                     "volume %s: the mount at %s is gone; mounting again", req.volume_id, target
                 )
@@ -159,6 +170,7 @@ class NodeService:
                 raise invalid(f"volume attribute {exc.field}: {exc.detail}") from None
             created = rec.created_target if rec is not None else not os.path.lexists(target)
             commit_sha = self._mount(req, spec, created)
+            self._tokens[target] = req.token
             try:
                 self.records.put(
                     VolumeRecord(
@@ -243,8 +255,88 @@ class NodeService:
                     "INTERNAL", f"cannot unmount {target}: {exc.reason}"
                 ) from None
             self.records.remove(target)
+            self._tokens.pop(target, None)
+            self._repaired.pop(target, None)
             _remove_dir(target)
             log.info("unpublished volume %s from %s", volume_id, target)
+
+    # -- stats
+
+    def volume_stats(self, volume_id: str, volume_path: str) -> VolumeStats:
+        """Usage and condition of the volume published at ``volume_path``.
+
+        A mount whose daemon died is mounted again here (with the token of the last publish,
+        kept in memory), and the volume is reported abnormal from then on: containers that
+        had the target bind-mounted keep the dead mount until they restart.
+        """
+        check_volume_id(volume_id)
+        target = check_target_path(volume_path)
+        with self._exclusive(target):
+            rec = self._record(target)
+            if rec is None or rec.volume_id != volume_id:
+                raise CsiRequestError(
+                    "NOT_FOUND", f"volume {volume_id!r} is not published at {target}"
+                )
+            health = self.mounter.health(target)
+            if health in (HEALTH_DEAD, HEALTH_ABSENT):
+                self._remount(rec, target)
+                health = self.mounter.health(target)
+            problem = ""
+            if health == HEALTH_HUNG:
+                problem = "the mount does not answer"
+            elif health != HEALTH_OK:
+                problem = "the mount's daemon is gone and it could not be mounted again"
+            elif target in self._repaired:
+                when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._repaired[target]))
+                problem = (
+                    f"the mount's daemon died and the volume was mounted again at {when}; "
+                    "containers started before then still see the dead mount: restart the pod"
+                )
+            usage: list[tuple[str, int, int]] = []
+            if health == HEALTH_OK:
+                with contextlib.suppress(OSError):
+                    st = os.statvfs(target)
+                    usage = [
+                        ("BYTES", st.f_blocks * st.f_frsize, 0),
+                        ("INODES", st.f_files, 0),
+                    ]
+            return VolumeStats(usage, bool(problem), problem)
+
+    def _remount(self, rec: VolumeRecord, target: str) -> None:
+        """Mount a dead volume again at its pinned commit (best effort, logged)."""
+        if target not in self._tokens:
+            # after a plugin restart no token is known; a volume that needs none remounts
+            log.info("volume %s: remounting %s without a token", rec.volume_id, target)
+        # the mounter keeps what the publish asked for (subdir, cache size, ...); here only
+        # the commit is pinned to what was published
+        info = next((m for m in self.mounter.list() if m.target == target), None)
+        get = getattr(self.mounter, "get", None)
+        if info is None and callable(get):
+            info = get(target)
+        if info is None:
+            log.warning("volume %s: no mount record for %s; cannot remount", rec.volume_id, target)
+            return
+        from dataclasses import replace
+
+        spec = replace(info.spec, commit=rec.commit_sha, token=self._tokens.get(target))
+        try:
+            self.mounter.mount(spec, target, timeout=self.config.mount_timeout)
+        except (MountError, OSError) as exc:
+            log.warning("volume %s: remounting %s failed: %s", rec.volume_id, target, exc)
+            return
+        self._repaired[target] = time.time()
+        log.warning(
+            "volume %s: the mount daemon at %s had died; mounted again", rec.volume_id, target
+        )
+
+
+@dataclass(frozen=True)
+class VolumeStats:
+    """What NodeGetVolumeStats answers: (unit, total, available) rows and the condition."""
+
+    usage: list[tuple[str, int, int]]
+    abnormal: bool
+    message: str
 
 
 def _remove_dir(path: str) -> None:
@@ -325,11 +417,36 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
 
         return rpc.handle("NodeUnpublishVolume", request, context, run)
 
+    def NodeGetVolumeStats(self, request: Any, context: Any) -> Any:
+        def run() -> Any:
+            stats = self.node.volume_stats(request.volume_id, request.volume_path)
+            unit = csi_pb2.VolumeUsage.Unit
+            usage = [
+                csi_pb2.VolumeUsage(total=total, used=total, available=avail, unit=unit.Value(name))
+                for name, total, avail in stats.usage
+            ]
+            return csi_pb2.NodeGetVolumeStatsResponse(
+                usage=usage,
+                volume_condition=csi_pb2.VolumeCondition(
+                    abnormal=stats.abnormal, message=stats.message
+                ),
+            )
+
+        return rpc.handle("NodeGetVolumeStats", request, context, run)
+
     def NodeGetCapabilities(self, request: Any, context: Any) -> Any:
-        # Nothing to advertise: no staging (see the module docstring), no volume stats (a
-        # commit's size is in its tree, not a filesystem's free space), no expansion.
+        # No staging (see the module docstring), no expansion; volume stats carry the
+        # volume's condition (a dead mount daemon) and its size (a commit is always full).
+        rpc_type = csi_pb2.NodeServiceCapability.RPC.Type
+        caps = [
+            csi_pb2.NodeServiceCapability(rpc=csi_pb2.NodeServiceCapability.RPC(type=t))
+            for t in (rpc_type.GET_VOLUME_STATS, rpc_type.VOLUME_CONDITION)
+        ]
         return rpc.handle(
-            "NodeGetCapabilities", request, context, csi_pb2.NodeGetCapabilitiesResponse
+            "NodeGetCapabilities",
+            request,
+            context,
+            lambda: csi_pb2.NodeGetCapabilitiesResponse(capabilities=caps),
         )
 
     def NodeGetInfo(self, request: Any, context: Any) -> Any:
