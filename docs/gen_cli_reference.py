@@ -284,6 +284,9 @@ def render() -> str:
         *EXIT_CODES,
     ]
     parts += configuration()
+    from gitxet.cli._json import documentation
+
+    parts += documentation()
     for name in commands():
         parts += ["", f"## `git xet {name}`", "", "```text", help_of([name]), "```"]
         for sub in subcommands(name):

@@ -822,6 +822,57 @@ class XetRepo:
             return None
         return count_unpushed(self.cas, r, self.history_pointers(self.ref_tips(True)))
 
+    def recent_refs(self, days: float, now: float | None = None) -> list[str]:
+        """Commits of local and remote-tracking branches whose tip was committed in the last
+        ``days`` days, and of ``refs/stash`` (git-lfs's "recent refs")."""
+        import time
+
+        cutoff = (time.time() if now is None else now) - days * 86400
+        out = process.run_git(
+            [
+                "for-each-ref",
+                "--format=%(objectname) %(committerdate:unix) %(refname)",
+                "refs/heads",
+                "refs/remotes",
+                "refs/stash",
+            ],
+            cwd=self.cwd,
+        )
+        tips: list[str] = []
+        for line in out.decode("utf-8", "replace").splitlines():
+            oid, when, ref = [*line.split(" ", 2), "", ""][:3]
+            recent = when.isdigit() and int(when) >= cutoff
+            if (recent or ref == "refs/stash") and not ref.endswith("/HEAD"):
+                tips.append(oid)
+        return list(dict.fromkeys(tips))
+
+    def files_to_keep(
+        self, recent_days: float, commits: Sequence[str] = ()
+    ) -> dict[str, set[bytes]]:
+        """The files (Xet hashes) whose data a prune must keep, by reason: ``checkout``
+        (HEAD and the index), ``recent`` (trees of :meth:`recent_refs`), ``unpushed``
+        (added by commits of local branches that no remote-tracking ref reaches: all of
+        them without remotes), ``commits`` (the trees of ``commits``, e.g. mounted ones)."""
+
+        def tree(rev: str | None) -> set[bytes]:
+            return {from_hex(f.pointer.xet_hash) for f in self.pointer_files(rev)}
+
+        def trees(revs: Iterable[str]) -> set[bytes]:
+            out: set[bytes] = set()
+            for rev in revs:
+                with contextlib.suppress(GitObjectNotFoundError):  # not in this repository
+                    out |= tree(rev)
+            return out
+
+        keep = {"checkout": tree(None) if self.worktree is not None else set()}
+        keep["checkout"] |= trees(self.ref_tips(False))
+        keep["recent"] = trees(self.recent_refs(recent_days))
+        branches = self.ref_tips(True)
+        unpushed = self.pointers_to_push(branches, (), "*") if branches else []
+        keep["unpushed"] = {from_hex(p.xet_hash) for p in unpushed}
+        keep["commits"] = trees(commits)
+        return keep
+
 
 def _keep_mode(wt: WorkTree, path: str, git_mode: int) -> int:
     """Permission bits for a rewritten file: the existing regular file's, else git's."""

@@ -21,6 +21,7 @@ from gitxet.cli import (
     mountcmds,
     plugins,
     plumbing,
+    prune,
     serve,
 )
 
@@ -60,6 +61,7 @@ def _root(
 
 plumbing.register(app)
 gitcmds.register(app)
+prune.register(app)
 mountcmds.register(app)
 serve.register(app)
 migrate.register(app)

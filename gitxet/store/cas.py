@@ -256,16 +256,20 @@ class LocalCAS:
         with db:
             db.execute("BEGIN IMMEDIATE")
             for name, shard in shards:
-                offsets = shardfmt.file_block_offsets(shard.files)
-                db.executemany(
-                    "INSERT OR IGNORE INTO files(hash, shard, pos) VALUES (?, ?, ?)",
-                    ((f.file_hash, name, p) for f, p in zip(shard.files, offsets, strict=True)),
-                )
-                db.executemany(
-                    "INSERT OR IGNORE INTO chunks(hash, xorb, idx) VALUES (?, ?, ?)",
-                    ((c.hash, x.xorb_hash, i) for x in shard.xorbs for i, c in enumerate(x.chunks)),
-                )
-                db.execute("INSERT OR IGNORE INTO shards(name) VALUES (?)", (name,))
+                self._insert_shard(db, name, shard)
+
+    @staticmethod
+    def _insert_shard(db: sqlite3.Connection, name: str, shard: shardfmt.Shard) -> None:
+        offsets = shardfmt.file_block_offsets(shard.files)
+        db.executemany(
+            "INSERT OR IGNORE INTO files(hash, shard, pos) VALUES (?, ?, ?)",
+            ((f.file_hash, name, p) for f, p in zip(shard.files, offsets, strict=True)),
+        )
+        db.executemany(
+            "INSERT OR IGNORE INTO chunks(hash, xorb, idx) VALUES (?, ?, ?)",
+            ((c.hash, x.xorb_hash, i) for x in shard.xorbs for i, c in enumerate(x.chunks)),
+        )
+        db.execute("INSERT OR IGNORE INTO shards(name) VALUES (?)", (name,))
 
     def lookup_chunk(self, h: bytes) -> tuple[bytes, int] | None:
         """(xorb hash, chunk index) of a stored chunk, for dedup."""
@@ -623,6 +627,29 @@ class LocalCAS:
     ) -> contextlib.AbstractContextManager[None]:
         """A cross-process lock scoped to this store."""
         return file_lock(self._lock_path(name), shared=shared)
+
+    def remove_objects(self, shards: Iterable[str], xorbs: Iterable[bytes]) -> None:
+        """Delete shards, re-index the remaining ones (one transaction: readers see the old
+        index or the new one), then delete xorbs. The caller makes sure no kept shard
+        names a removed xorb (``gitxet.data.prune``)."""
+        with self.lock("prune"):
+            for name in shards:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.shard_path(name))
+            db = self._db()
+            with db:
+                db.execute("BEGIN IMMEDIATE")
+                for table in ("files", "chunks", "shards"):
+                    db.execute(f"DELETE FROM {table}")
+                for name in list(self.shard_names()):
+                    with contextlib.suppress(FormatError, OSError):
+                        self._insert_shard(db, name, self._load_shard(name))
+            for h in xorbs:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.xorb_path(h))
+            self._infos.clear()
+            self._layouts.clear()
+            self._files.clear()
 
     def stats(self) -> StoreStats:
         xorbs = xorb_bytes = 0

@@ -1,0 +1,118 @@
+"""The ``--json`` outputs: one JSON Schema per output, the one place that defines their keys.
+
+``docs/cli.md`` lists these schemas (generated) and the tests validate every ``--json``
+output of the CLI against them, so a key cannot change silently. Listings (``ls-files``,
+``mounts``, ``hash``) print one object per line (JSON Lines); everything else prints one
+object.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+
+_STR = {"type": "string"}
+_INT = {"type": "integer", "minimum": 0}
+_BOOL = {"type": "boolean"}
+_NULL_STR = {"type": ["string", "null"]}
+_NULL_INT = {"type": ["integer", "null"], "minimum": 0}
+_NULL_BOOL = {"type": ["boolean", "null"]}
+_HEX = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+
+
+def _obj(props: dict[str, Any], *, optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": props,
+        "required": [k for k in props if k not in optional],
+        "additionalProperties": False,
+    }
+
+
+def _list(item: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": item}
+
+
+_FILE = _obj(
+    {
+        "path": _STR,
+        "size": _INT,
+        "xet_hash": _HEX,
+        "sha256": _HEX,
+        "materialized": _NULL_BOOL,
+        "deleted": _BOOL,
+    }
+)
+
+#: output name -> (what it describes, its JSON Schema, JSON Lines?)
+SCHEMAS: dict[str, tuple[str, dict[str, Any], bool]] = {
+    "ls-files": ("`git xet ls-files --json`: one line per pointer file", _FILE, True),
+    "hash": (
+        "`git xet hash --json`: one line per file",
+        _obj({"path": _STR, "hash": _HEX, "size": _INT, "chunks": _INT}),
+        True,
+    ),
+    "mounts": (
+        "`git xet mounts --json`: one line per mount",
+        _obj(
+            {
+                "mountpoint": _STR,
+                "pid": _INT,
+                "kind": {"enum": ["fuse", "nfs"]},
+                "repo": _STR,
+                "commit": _STR,
+                "data": {"enum": ["chunk cache", "local store"]},
+                "cache_dir": _NULL_STR,
+                "cache_bytes": _NULL_INT,
+                "log": _STR,
+            }
+        ),
+        True,
+    ),
+    "prune": (
+        "`git xet prune --json`",
+        _obj(
+            {
+                "dry_run": _BOOL,
+                "shards_removed": _INT,
+                "xorbs_removed": _INT,
+                "bytes_removed": _INT,
+                "files_removed": _INT,
+                "shards_kept": _INT,
+                "xorbs_kept": _INT,
+                "bytes_kept": _INT,
+                "kept_files": _obj(
+                    {"checkout": _INT, "recent": _INT, "unpushed": _INT, "mounted": _INT}
+                ),
+                "not_on_remote": _NULL_INT,
+            }
+        ),
+        False,
+    ),
+}
+
+
+def emit(kind: str, obj: dict[str, Any]) -> None:
+    """Print ``obj`` as one line of JSON on stdout (``kind`` names its schema)."""
+    assert kind in SCHEMAS, kind
+    typer.echo(json.dumps(obj, ensure_ascii=False))
+
+
+def documentation() -> list[str]:
+    """The "JSON output" section of docs/cli.md (markdown lines)."""
+    out = [
+        "",
+        "## JSON output",
+        "",
+        "`--json` prints machine-readable output on stdout with stable keys; messages stay on",
+        "stderr. Listings print one object per line (JSON Lines), the other commands one",
+        "object. The schemas below (JSON Schema) are what the tests validate each output",
+        "against; a key is only ever added, never renamed or removed, without a major version.",
+    ]
+    for name, (what, schema, _) in SCHEMAS.items():
+        out += ["", f"### {name}", "", what + ":", "", "```json"]
+        out += json.dumps(schema, indent=2).splitlines()
+        out += ["```"]
+    return out
