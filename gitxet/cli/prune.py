@@ -114,7 +114,7 @@ def prune_cmd(
                 "dry_run": dry_run,
                 "shards_removed": len(plan.shards),
                 "xorbs_removed": len(plan.xorbs),
-                "bytes_removed": plan.bytes,
+                "bytes_removed": plan.size,
                 "files_removed": len(plan.files),
                 "shards_kept": plan.kept_shards,
                 "xorbs_kept": plan.kept_xorbs,
@@ -132,7 +132,7 @@ def prune_cmd(
     verb = "would remove" if dry_run else "removed"
     typer.echo(
         f"git-xet: {verb} {len(plan.xorbs)} xorb(s) and {len(plan.shards)} shard(s) "
-        f"({human_size(plan.bytes)}) holding {len(plan.files)} file(s) nothing here needs; "
+        f"({human_size(plan.size)}) holding {len(plan.files)} file(s) nothing here needs; "
         f"kept {human_size(plan.kept_bytes)}: the files of HEAD and the index "
         f"({len(keep['checkout'])}), recent refs ({len(keep['recent'])}), unpushed commits "
         f"({len(keep['unpushed'])}), mounts ({len(keep['commits'])})",

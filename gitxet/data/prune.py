@@ -29,7 +29,7 @@ class PrunePlan:
 
     shards: tuple[str, ...]  # shard names to remove
     xorbs: tuple[bytes, ...]  # xorb hashes to remove
-    bytes: int  # on disk, of both
+    size: int  # bytes on disk, of both
     files: frozenset[bytes] = field(default_factory=frozenset)  # files only they describe
     kept_shards: int = 0
     kept_xorbs: int = 0
