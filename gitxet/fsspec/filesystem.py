@@ -82,7 +82,8 @@ class XetFileSystem(AbstractFileSystem):  # type: ignore[misc]
 
     Errors: a missing path, repository or revision raises ``FileNotFoundError`` (the message
     says which); a malformed URL raises :class:`~gitxet.errors.URLFormatError` (a
-    ``ValueError``); any write raises ``PermissionError`` (``EROFS``); data that cannot be
+    ``ValueError``); any write raises ``PermissionError`` (``EROFS``); a server that refuses
+    the token (or gets none) raises ``PermissionError`` (``EACCES``); data that cannot be
     fetched or fails verification raises ``OSError`` (``EIO``) and is never returned.
     """
 

@@ -32,7 +32,7 @@ from gitxet.data.reconstruct import (
     Segment,
 )
 from gitxet.dataset import Dataset, HttpAccess, open_dataset
-from gitxet.errors import GitError, NotFoundError
+from gitxet.errors import AuthError, GitError, NotFoundError, RemoteError
 from gitxet.formats.shard import FileInfo
 from gitxet.util.lru import Lease as _Lease
 from gitxet.util.lru import LeaseCache
@@ -206,6 +206,10 @@ class CommitPool:
             raise FileNotFoundError(errno.ENOENT, f"xet: repository {repo}: {exc}") from exc
         except GitError as exc:
             raise FileNotFoundError(errno.ENOENT, f"xet: repository {repo}: {exc}") from exc
+        except AuthError as exc:  # no token, or one the server refuses: like the CLI's exit 5
+            raise PermissionError(errno.EACCES, f"xet: repository {repo}: {exc}") from exc
+        except RemoteError as exc:  # the server cannot be reached or failed
+            raise OSError(errno.EIO, f"xet: repository {repo}: {exc}") from exc
         source = counting(ds.chunk_source(), self._counter)
         with self._lock:
             return self._datasets.setdefault(key, (ds, source))

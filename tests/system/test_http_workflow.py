@@ -186,7 +186,7 @@ def test_xet_paths_use_the_cli_settings(
     monkeypatch.delenv("GITXET_TOKEN")
     xfs = fsspec.filesystem("xet", cache_dir=str(tmp_path / "other-cache"))
     try:
-        with pytest.raises(OSError), xfs.open(xet_url(url, "main", "d.bin"), "rb") as f:
+        with pytest.raises(PermissionError), xfs.open(xet_url(url, "main", "d.bin"), "rb") as f:
             f.read()
     finally:
         xfs.close()
