@@ -432,11 +432,20 @@ class XetRepo:
         self, revs: Sequence[str], exclude: Sequence[str] = (), remote: str | None = None
     ) -> list[Pointer]:
         """Pointers in commits ``revs`` that ``exclude`` and ``refs/remotes/<remote>`` lack."""
+        return [ptr for _, ptr in self.paths_to_push(revs, exclude, remote)]
+
+    def paths_to_push(
+        self, revs: Sequence[str], exclude: Sequence[str] = (), remote: str | None = None
+    ) -> list[tuple[str, Pointer]]:
+        """:meth:`pointers_to_push` with the path each pointer was found at."""
         blobs = list(process.small_blobs(self.cwd, revs, exclude, remote))
-        found = list(self._read_pointers([(b.oid, b.path) for b in blobs]))
+        found = [
+            (os.fsdecode(p), ptr)
+            for p, ptr in self._read_pointers([(b.oid, b.path) for b in blobs])
+        ]
         for path, ptr in found:  # to name a file, not a hash, when its data is missing
-            self._paths_by_hash.setdefault(ptr.xet_hash, os.fsdecode(path))
-        return [ptr for _, ptr in found]
+            self._paths_by_hash.setdefault(ptr.xet_hash, path)
+        return found
 
     def pointer_files(
         self, rev: str | None = "HEAD", paths: Sequence[str] = ()

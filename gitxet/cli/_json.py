@@ -55,21 +55,117 @@ SCHEMAS: dict[str, tuple[str, dict[str, Any], bool]] = {
         True,
     ),
     "mounts": (
-        "`git xet mounts --json`: one line per mount",
+        "`git xet mounts --json`: one line per mount (a dead mount without a record has only "
+        "mountpoint, state, commit and fix)",
         _obj(
             {
                 "mountpoint": _STR,
+                "state": {"enum": ["ok", "dead", "hung", "absent"]},
                 "pid": _INT,
                 "kind": {"enum": ["fuse", "nfs"]},
                 "repo": _STR,
                 "commit": _STR,
+                "subdir": _STR,
                 "data": {"enum": ["chunk cache", "local store"]},
                 "cache_dir": _NULL_STR,
                 "cache_bytes": _NULL_INT,
                 "log": _STR,
-            }
+                "fix": _STR,
+            },
+            optional=("pid", "kind", "repo", "subdir", "data", "cache_dir", "cache_bytes", "log"),
         ),
         True,
+    ),
+    "status": (
+        "`git xet status --json`",
+        _obj(
+            {
+                "branch": _NULL_STR,
+                "commit": _NULL_STR,
+                "remote": {"oneOf": [{"type": "null"}, _obj({"name": _STR, "url": _STR})]},
+                "pointer_files": _obj({"total": _INT, "materialized": _INT, "pointers": _INT}),
+                "pointers": _list(_obj({"path": _STR, "size": _INT})),
+                "changes": _list(
+                    _obj(
+                        {
+                            "path": _STR,
+                            "staged": {"enum": [None, "A", "M", "D", "T"]},
+                            "unstaged": {"enum": [None, "A", "M", "D", "T"]},
+                        }
+                    )
+                ),
+                "to_push": _list(_STR),
+                "unpushed_data": _NULL_INT,
+            }
+        ),
+        False,
+    ),
+    "pointer": (
+        "`git xet pointer --json`",
+        _obj(
+            {
+                "pointer": _STR,
+                "sha256": _HEX,
+                "size": _INT,
+                "xet_hash": _HEX,
+                "matches": _NULL_BOOL,
+            }
+        ),
+        False,
+    ),
+    "env": (
+        "`git xet env --json` (`repository` is null outside a repository)",
+        _obj(
+            {
+                "version": _STR,
+                "chunker": _STR,
+                "python": _STR,
+                "terminal_progress": _BOOL,
+                "cache_dir": _STR,
+                "cache_size": _INT,
+                "state_dir": _STR,
+                "variables": {"type": "object", "additionalProperties": _NULL_STR},
+                "repository": {
+                    "oneOf": [
+                        {"type": "null"},
+                        _obj(
+                            {
+                                "path": _STR,
+                                "store": _STR,
+                                "threshold": _INT,
+                                "threshold_source": _STR,
+                                "lazy": _BOOL,
+                                "default_remote": _NULL_STR,
+                                "remotes": _list(
+                                    _obj(
+                                        {
+                                            "name": _STR,
+                                            "url": _STR,
+                                            "cas": _NULL_STR,
+                                            "token": {
+                                                "enum": [
+                                                    None,
+                                                    "none",
+                                                    "option",
+                                                    "GITXET_TOKEN",
+                                                    "keyring",
+                                                    "url",
+                                                ]
+                                            },
+                                        }
+                                    )
+                                ),
+                                "config": {"type": "object", "additionalProperties": _NULL_STR},
+                                "xorbs": _INT,
+                                "xorb_bytes": _INT,
+                                "shards": _INT,
+                            }
+                        ),
+                    ]
+                },
+            }
+        ),
+        False,
     ),
     "prune": (
         "`git xet prune --json`",

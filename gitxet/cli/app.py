@@ -17,6 +17,7 @@ from gitxet.cli import (
     csi,
     gitcmds,
     hooks,
+    inspection,
     migrate,
     mountcmds,
     plugins,
@@ -62,6 +63,7 @@ def _root(
 plumbing.register(app)
 gitcmds.register(app)
 prune.register(app)
+inspection.register(app)
 mountcmds.register(app)
 serve.register(app)
 migrate.register(app)

@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 
 from gitxet.cli import hot, tracking
-from gitxet.cli._progress import byte_progress, interactive
+from gitxet.cli._progress import byte_progress
 from gitxet.cli.completion import pointer_paths
 
 ScopeOpt = Literal["local", "global", "system"]
@@ -35,9 +33,6 @@ def register(app: typer.Typer) -> None:
     app.command("checkout")(checkout_cmd)
     app.command("materialize", hidden=True, help="Same as 'git xet checkout'.")(checkout_cmd)
     app.command("dematerialize")(dematerialize_cmd)
-    app.command("status")(status_cmd)
-    app.command("ls-files")(ls_files_cmd)
-    app.command("env")(env_cmd)
     app.command("filter-process", hidden=True)(filter_process_cmd)
     app.command("clean", hidden=True)(clean_cmd)
     app.command("smudge", hidden=True)(smudge_cmd)
@@ -593,98 +588,3 @@ def pull_cmd(
     except GitError:
         pass
     _git(["pull", name] + ([branch] if branch else []), cwd=repo.cwd)
-
-
-def _head(repo) -> str | None:  # type: ignore[no-untyped-def]
-    """HEAD's commit, or None before the first commit (an unborn branch)."""
-    from gitxet.errors import GitObjectNotFoundError
-    from gitxet.git import process
-
-    try:
-        return process.rev_parse(repo.cwd, "HEAD")
-    except GitObjectNotFoundError:
-        return None
-
-
-def status_cmd() -> None:
-    """Which pointer files are materialized, and how many files' data the remote lacks."""
-    repo = _open_repo()
-    files = repo.pointer_files("HEAD") if _head(repo) else []
-    mat = [f for f in files if f.materialized]
-    ptr = [f for f in files if not f.materialized]
-    unpushed = repo.unpushed()
-    typer.echo(
-        f"pointer files in HEAD: {len(files)} ({len(mat)} materialized, {len(ptr)} pointers)"
-    )
-    for f in ptr:
-        typer.echo(f"  pointer       {f.path} ({f.pointer.size:,} bytes)")
-    if unpushed is not None:
-        hint = " ('git xet push --all' uploads them)" if unpushed else ""
-        typer.echo(f"files whose data {repo.default_remote()} lacks: {unpushed}{hint}")
-    _git(["status", "--short"], cwd=repo.cwd)
-
-
-def ls_files_cmd(
-    rev: Annotated[str, typer.Argument(help="Revision (default HEAD).")] = "HEAD",
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """List pointer files of a revision with their size and Xet hash."""
-    repo = _open_repo()
-    if rev == "HEAD" and _head(repo) is None:
-        return  # no commit yet: no pointer files (as git ls-files of an empty tree)
-    for f in repo.pointer_files(rev):
-        if as_json:
-            typer.echo(
-                json.dumps(
-                    {
-                        "path": f.path,
-                        "size": f.pointer.size,
-                        "xet_hash": f.pointer.xet_hash,
-                        "sha256": f.pointer.sha256,
-                        "materialized": f.materialized,
-                    }
-                )
-            )
-        else:
-            flag = "*" if f.materialized else "-"
-            typer.echo(f"{f.pointer.xet_hash[:12]} {flag} {f.path}")
-
-
-def env_cmd() -> None:
-    """Show gitxet's view of this machine and repository."""
-    import gitxet
-    from gitxet import chunking
-
-    typer.echo(f"git-xet {gitxet.__version__}")
-    typer.echo(f"chunker: {chunking.IMPLEMENTATION}")
-    typer.echo(f"python: {sys.executable}")
-    typer.echo(f"terminal progress: {'yes' if interactive() else 'no'}")
-    from gitxet.settings import Settings, redact, strip_credentials
-
-    settings = Settings.load()
-    typer.echo(f"cache: {settings.cache_dir} (cap {settings.cache_bytes:,} bytes)")
-    typer.echo(f"state: {settings.state_dir}")
-    try:
-        repo = _open_repo()
-    except Exception as e:
-        typer.echo(f"repository: none ({redact(str(e))})")
-        return
-    typer.echo(f"repository: {repo.worktree or repo.git_dir}")
-    typer.echo(f"local store: {repo.cas.root}")
-    setting = repo.threshold_setting()
-    typer.echo(f"threshold: {repo.threshold:,} bytes ({setting.source if setting else 'default'})")
-    typer.echo(f"lazy checkout: {repo.lazy}")
-    name = repo.default_remote()
-    if name:
-        from gitxet.dataset import cas_root
-        from gitxet.settings import strip_credentials
-
-        url = repo.remote_url(name) or ""
-        cas = cas_root(url) or "http"
-        typer.echo(f"remote: {name} {strip_credentials(url)} (CAS: {cas})")
-        if url.startswith(("http://", "https://")):
-            # where the token comes from, never the token itself
-            typer.echo(f"token: {settings.token_source(url) or 'none'}")
-    s = repo.cas.stats()
-    typer.echo(f"store: {s.xorbs} xorbs ({s.xorb_bytes:,} bytes), {s.shards} shards")
-    _ = Path

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -12,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from gitxet.cli import _json
 from gitxet.settings import strip_credentials, url_token
 
 
@@ -442,23 +442,22 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
         cached = usage.get(rec.cache_dir, 0) if remote else None
         fix = _fix_for(st.state, rec.mountpoint, rec.repo, rec.commit, rec.subdir)
         if as_json:
-            typer.echo(
-                json.dumps(
-                    {
-                        "mountpoint": rec.mountpoint,
-                        "state": st.state,
-                        "pid": rec.pid,
-                        "kind": rec.kind,
-                        "repo": rec.repo,
-                        "commit": rec.commit,
-                        "subdir": rec.subdir,
-                        "data": "chunk cache" if remote else "local store",
-                        "cache_dir": rec.cache_dir if remote else None,
-                        "cache_bytes": cached,
-                        "log": rec.log_path,
-                        "fix": fix,
-                    }
-                )
+            _json.emit(
+                "mounts",
+                {
+                    "mountpoint": rec.mountpoint,
+                    "state": st.state,
+                    "pid": rec.pid,
+                    "kind": rec.kind,
+                    "repo": rec.repo,
+                    "commit": rec.commit,
+                    "subdir": rec.subdir,
+                    "data": "chunk cache" if remote else "local store",
+                    "cache_dir": rec.cache_dir if remote else None,
+                    "cache_bytes": cached,
+                    "log": rec.log_path,
+                    "fix": fix,
+                },
             )
         else:
             data = (
@@ -481,11 +480,10 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
         fix = _fix_for(HEALTH_DEAD, entry.mountpoint, "", "", "")
         if as_json:
             commit = entry.source.removeprefix("gitxet:")
-            typer.echo(
-                json.dumps(
-                    {"mountpoint": entry.mountpoint, "state": HEALTH_DEAD, "commit": commit}
-                    | {"fix": fix}
-                )
+            _json.emit(
+                "mounts",
+                {"mountpoint": entry.mountpoint, "state": HEALTH_DEAD, "commit": commit}
+                | {"fix": fix},
             )
         else:
             typer.echo(f"{entry.mountpoint}\t{HEALTH_DEAD}\tfuse\t{entry.source}\t(no record)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from gitxet.cli import _errors
+from gitxet.cli import _errors, _json
 
 
 def register(app: typer.Typer) -> None:
@@ -45,10 +44,9 @@ def hash_cmd(
                 failed = failed or code
                 continue
             if as_json:
-                typer.echo(
-                    json.dumps(
-                        {"path": str(p), "hash": to_hex(d.hash), "size": d.size, "chunks": d.chunks}
-                    )
+                _json.emit(
+                    "hash",
+                    {"path": str(p), "hash": to_hex(d.hash), "size": d.size, "chunks": d.chunks},
                 )
             else:
                 typer.echo(f"{to_hex(d.hash)}  {p}")

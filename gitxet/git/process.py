@@ -60,6 +60,7 @@ __all__ = [
     "Scope",
     "TreeEntry",
     "batch_check",
+    "changed_paths",
     "config_add",
     "config_get",
     "config_get_all",
@@ -404,6 +405,21 @@ def object_format(cwd: PathArg) -> str:
     """The repository's object hash: ``sha1`` or ``sha256``."""
     fmt = config_get(cwd, "extensions.objectformat")
     return (fmt or "sha1").lower()
+
+
+def changed_paths(cwd: PathArg, staged: bool) -> list[tuple[str, str]]:
+    """(status letter, path) of what differs between HEAD and the index (``staged``), or
+    the index and the work tree: ``git diff --name-status``; renames are not detected (a
+    rename is D + A). Before the first commit everything in the index is added."""
+    args: list[GitArg] = ["diff", "--name-status", "--no-renames", "-z"]
+    if staged:  # without a commit to compare with, git compares with the empty tree
+        args.append("--cached")
+    fields = run_git(args, cwd).split(b"\0")
+    out: list[tuple[str, str]] = []
+    for status, path in zip(fields[::2], fields[1::2], strict=False):
+        if status and path:
+            out.append((status.decode("ascii")[:1], os.fsdecode(path)))
+    return out
 
 
 def index_matches(cwd: PathArg, pathspecs: Sequence[str]) -> bool:
