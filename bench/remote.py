@@ -1,0 +1,472 @@
+#!/usr/bin/env python3
+"""Reads of a 1 GiB file from a `git xet serve` on loopback, against hf_xet and curl.
+
+All in one run, against one server holding one commit with an incompressible file:
+
+* ``hf_xet.download_files`` from the same server (the reference client), cold;
+* ``curl`` of the file's xorb ranges (the reconstruction's fetch entries, 8 at a time),
+  discarding the bytes: what the transport itself allows;
+* ``git xet mount`` of the http repository: cold (page cache dropped, empty node cache),
+  then warm after unmount and remount with ``--offline`` (node cache only: the server is
+  never asked), read with ``dd bs=1M``;
+* ``xet://`` (fsspec) of the same commit, cold, 8 MiB reads;
+* ``git xet clone`` of the repository, cold (git metadata, then the file written);
+* ``git xet mount`` of the same commit pushed to an embedded (path) remote, read after a
+  remount: the local ceiling the warm remote read is compared with.
+
+Also measured: the mount daemon's peak RSS while a ``--rss-mib`` file streams through it
+over HTTP (goal <= 300 MB); how long a node cache holding 100,000 ranges takes to open
+(goal <= 50 ms); and two mounts streaming the file at once through a 256 MiB cache (the
+cache directory sampled every 20 ms: goal <= 256 MiB + one range; both reads must hash
+right).
+
+Ratios are against hf_xet in the same run. Goals: cold mount and ``xet://`` >= 1.0x,
+clone >= 0.9x, warm remount >= 0.7x the embedded-store remount.
+
+    flock /work/heavy.lock python bench/remote.py [--size-mib 1024] [--rss-mib 4096] [--dir D]
+
+``--dir D`` keeps the server, repositories and generated data for the next run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+UNIT = 8 << 20  # node cache range of a sequential read (gitxet.data.remote_source.UNIT)
+
+
+def sh(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    r = subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed: {r.stderr.strip()[-800:]}")
+    return r.stdout + r.stderr
+
+
+def drop_caches() -> None:
+    subprocess.run(["sync"], check=False)
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        print("(cannot drop the page cache: not root; cold numbers are warm-ish)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_random(path: Path, size: int, seed: int) -> None:
+    rnd = random.Random(seed)
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, 16 << 20)
+            f.write(rnd.randbytes(n))
+            left -= n
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while b := f.read(8 << 20):
+            h.update(b)
+    return h.hexdigest()
+
+
+def peak_rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def mount_pid(mnt: Path, env: dict[str, str]) -> int:
+    for line in sh("git-xet", "mounts", "--json", env=env).splitlines():
+        rec = json.loads(line)
+        if rec["mountpoint"] == str(mnt):
+            return int(rec["pid"])
+    return 0
+
+
+def timed(fn: object) -> float:
+    t = time.perf_counter()
+    fn()  # type: ignore[operator]
+    return time.perf_counter() - t
+
+
+def dd(path: Path) -> None:
+    sh("dd", f"if={path}", "of=/dev/null", "bs=1M")
+
+
+class Bench:
+    def __init__(self, work: Path, size: int, rss: int) -> None:
+        self.work = work
+        self.size = size
+        self.rss = rss
+        self.env = dict(os.environ)
+        self.env.update(
+            HOME=str(work / "home"),
+            GIT_CONFIG_NOSYSTEM="1",
+            GITXET_STATE_DIR=str(work / "state"),
+            XDG_CACHE_HOME=str(work / "xdg-cache"),
+        )
+        self.env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + self.env["PATH"]
+        (work / "home").mkdir(parents=True, exist_ok=True)
+        self.mnt = work / "mnt"
+        self.mnt.mkdir(exist_ok=True)
+        self.server: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.sha = ""
+
+    # ---- setup --------------------------------------------------------------------------
+
+    def start_server(self) -> None:
+        srv = self.work / "srv"
+        tok_file = self.work / "token"
+        if not tok_file.exists():
+            out = sh("git-xet", "token", "create", "--root", str(srv), "--scope", "write")
+            tok_file.write_text(next(w for w in out.split() if w.startswith("gxt_")))
+        self.env["GITXET_TOKEN"] = tok_file.read_text().strip()
+        port = free_port()
+        log = open(self.work / "serve.log", "ab")  # noqa: SIM115 - the server's, until exit
+        self.server = subprocess.Popen(
+            ["git-xet", "serve", "--root", str(srv), "--port", str(port)],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.url = f"http://127.0.0.1:{port}/data.git"
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        sys.exit("git xet serve did not start")
+
+    def stop_server(self) -> None:
+        if self.server is not None:
+            self.server.terminate()
+            self.server.wait(30)
+
+    def build(self) -> None:
+        env = self.env
+        for k, v in (("user.name", "bench"), ("user.email", "b@b"), ("init.defaultBranch", "main")):
+            sh("git", "config", "--global", k, v, env=env)
+        sh("git-xet", "install", env=env)
+        repo = self.work / "repo"
+        stamp = self.work / f"built-{self.size}-{self.rss}"
+        if not stamp.exists():
+            shutil.rmtree(repo, ignore_errors=True)
+            shutil.rmtree(self.work / "embedded.git", ignore_errors=True)
+            sh("git", "init", "-q", str(repo), env=env)
+            sh("git-xet", "init", cwd=repo, env=env)
+            print(f"writing a {self.size >> 20} MiB file (and {self.rss >> 20} MiB) ...")
+            write_random(repo / "big.bin", self.size, 1)
+            if self.rss:
+                write_random(repo / "huge.bin", self.rss, 2)
+            sh("git-xet", "add", ".", cwd=repo, env=env)
+            sh("git", "commit", "-qm", "data", cwd=repo, env=env)
+            sh("git", "init", "-q", "--bare", str(self.work / "embedded.git"), env=env)
+            sh("git", "remote", "add", "embedded", str(self.work / "embedded.git"), cwd=repo)
+            sh("git", "push", "-q", "embedded", "main", cwd=repo, env=env)
+        if "origin" in sh("git", "remote", cwd=repo, env=env).split():
+            sh("git", "remote", "set-url", "origin", self.url, cwd=repo, env=env)
+        else:
+            sh("git", "remote", "add", "origin", self.url, cwd=repo, env=env)
+        print("pushing to the server ...")
+        sh("git", "push", "-q", "origin", "main", cwd=repo, env=env)
+        stamp.touch()
+        self.sha = file_sha256(repo / "big.bin")
+
+    def cache_env(self, name: str, size: str | None = None) -> dict[str, str]:
+        d = self.work / "caches" / name
+        shutil.rmtree(d, ignore_errors=True)
+        env = dict(self.env, GITXET_CACHE_DIR=str(d))
+        if size:
+            env["GITXET_CACHE_SIZE"] = size
+        return env
+
+    def mount(self, env: dict[str, str], repo: str, mnt: Path, *extra: str) -> int:
+        sh("git-xet", "mount", *extra, repo, "main", str(mnt), env=env)
+        return mount_pid(mnt, env)
+
+    def unmount(self, mnt: Path, env: dict[str, str]) -> None:
+        sh("git-xet", "unmount", str(mnt), env=env)
+
+    # ---- measurements -------------------------------------------------------------------
+
+    def hf_xet(self) -> float:
+        import hf_xet
+
+        from gitxet.remote.client import discover
+
+        d = discover(self.url, token=self.env["GITXET_TOKEN"])
+        fh, size = self.pointer("big.bin")
+        out = self.work / "hfxet.out"
+        out.unlink(missing_ok=True)
+        drop_caches()
+        tok = (d.access_token or self.env["GITXET_TOKEN"], int(time.time()) + 3600)
+        t = timed(
+            lambda: hf_xet.download_files(
+                [hf_xet.PyXetDownloadInfo(str(out), fh, size)], d.cas_url, tok, None, None
+            )
+        )
+        assert file_sha256(out) == self.sha, "hf_xet read wrong bytes"
+        out.unlink()
+        return t
+
+    def pointer(self, name: str) -> tuple[str, int]:
+        text = sh("git", "show", f"HEAD:{name}", cwd=self.work / "repo")
+        fields = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+        return fields["xet-hash"].strip(), int(fields["size"])
+
+    def curl(self) -> float:
+        from gitxet.hashing import from_hex
+        from gitxet.remote.client import CASClient, discover
+
+        d = discover(self.url, token=self.env["GITXET_TOKEN"])
+        fh, _ = self.pointer("big.bin")
+        with CASClient(d.cas_url, d.access_token or self.env["GITXET_TOKEN"]) as c:
+            rec = c.get_reconstruction(from_hex(fh))
+        cfg = self.work / "curl.cfg"
+        lines = []
+        for infos in rec.fetch.values():
+            for fi in infos:
+                # 8 MiB ranges, as many requests as a parallel client makes
+                s = fi.byte_start
+                while s <= fi.byte_end:
+                    e = min(fi.byte_end, s + (8 << 20) - 1)
+                    lines.append(f'url = "{fi.url}"\nrange = "{s}-{e}"\noutput = "/dev/null"\n')
+                    s = e + 1
+        cfg.write_text("".join(lines))
+        drop_caches()
+        return timed(lambda: sh("curl", "-s", "-Z", "--parallel-max", "8", "-K", str(cfg)))
+
+    def mount_cold_warm(self) -> tuple[float, float]:
+        env = self.cache_env("mount")
+        self.mount(env, self.url, self.mnt)
+        drop_caches()
+        cold = timed(lambda: dd(self.mnt / "big.bin"))
+        self.unmount(self.mnt, env)
+        self.mount(env, self.url, self.mnt, "--offline")  # node cache only
+        warm = timed(lambda: dd(self.mnt / "big.bin"))
+        assert file_sha256(self.mnt / "big.bin") == self.sha, "the mount read wrong bytes"
+        self.unmount(self.mnt, env)
+        return cold, warm
+
+    def embedded_warm(self) -> float:
+        env = self.cache_env("embedded")
+        repo = str(self.work / "embedded.git")
+        self.mount(env, repo, self.mnt)
+        dd(self.mnt / "big.bin")  # the store's file in the page cache
+        self.unmount(self.mnt, env)
+        self.mount(env, repo, self.mnt)
+        t = timed(lambda: dd(self.mnt / "big.bin"))
+        self.unmount(self.mnt, env)
+        return t
+
+    def fsspec_cold(self) -> float:
+        env = self.cache_env("fsspec")
+        code = (
+            "import fsspec, sys, time\n"
+            "from gitxet.fsspec import xet_url\n"
+            "fs = fsspec.filesystem('xet')\n"
+            "t = time.perf_counter()\n"
+            "with fs.open(xet_url(sys.argv[1], 'main', 'big.bin'), 'rb', block_size=8<<20) as f:\n"
+            "    while f.read(8 << 20): pass\n"
+            "print(time.perf_counter() - t)\n"
+        )
+        drop_caches()
+        out = sh(sys.executable, "-c", code, self.url, env=env, cwd=self.work)
+        return float(out.split()[-1])
+
+    def clone_cold(self) -> float:
+        env = self.cache_env("clone")
+        dest = self.work / "clone"
+        shutil.rmtree(dest, ignore_errors=True)
+        drop_caches()
+        t = timed(lambda: sh("git-xet", "clone", self.url, str(dest), env=env, cwd=self.work))
+        assert file_sha256(dest / "big.bin") == self.sha, "the clone wrote wrong bytes"
+        shutil.rmtree(dest)
+        return t
+
+    def rss_kb(self) -> int:
+        env = self.cache_env("rss")
+        pid = self.mount(env, self.url, self.mnt)
+        dd(self.mnt / "huge.bin")
+        kb = peak_rss_kb(pid)
+        self.unmount(self.mnt, env)
+        return kb
+
+    def cache_open_ms(self, ranges: int = 100_000) -> float:
+        from gitxet.store.nodecache import NodeCache
+
+        root = self.work / "caches" / "open" / "ranges"
+        shutil.rmtree(root.parent, ignore_errors=True)
+        NodeCache(str(root), 1 << 40).close()  # the schema
+        db = sqlite3.connect(root / "index.sqlite")
+        rows = []
+        for i in range(ranges):  # one-chunk ranges of 1000 xorbs: the worst case of files
+            x = (i // 100).to_bytes(32, "little")
+            rows.append((x, i % 100, i % 100 + 1, (i % 100) * 100, 100, 1, time.time()))
+            d = root / "data" / f"{i % 256:02x}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"r{i}").write_bytes(b"x" * 100)
+        with db:
+            db.executemany(
+                "INSERT INTO ranges (xorb, cs, ce, dlo, nbytes, ready, used) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            db.execute("UPDATE meta SET v = ? WHERE k = 'total'", (100 * ranges,))
+        db.close()
+        drop_caches()
+        code = (
+            "import sys, time\n"
+            "from gitxet.store.nodecache import NodeCache\n"
+            "t = time.perf_counter()\n"
+            "c = NodeCache(sys.argv[1], 1 << 40)\n"
+            "assert c.covers((5).to_bytes(32, 'little'), 0, 100)\n"
+            "print((time.perf_counter() - t) * 1000, c.total_bytes)\n"
+        )
+        out = sh(sys.executable, "-c", code, str(root), env=self.env)
+        return float(out.split()[0])
+
+    def cap_two_mounts(self, cap_mib: int = 256) -> tuple[int, bool]:
+        """(most bytes the cache directory held while two mounts streamed the file through
+        a ``cap_mib`` cache, whether both read the right bytes)."""
+        env = self.cache_env("capped", f"{cap_mib}M")
+        root = Path(env["GITXET_CACHE_DIR"]) / "ranges"
+        mnts = [self.work / "mnt-a", self.work / "mnt-b"]
+        for m in mnts:
+            m.mkdir(exist_ok=True)
+            self.mount(env, self.url, m)
+        most = 0
+        done = threading.Event()
+
+        def sample() -> None:
+            nonlocal most
+            while not done.is_set():
+                total = 0
+                for d in (root / "data", root / "tmp"):
+                    for dirpath, _, files in os.walk(d):
+                        for f in files:
+                            try:
+                                total += os.stat(os.path.join(dirpath, f)).st_size
+                            except OSError:
+                                pass
+                most = max(most, total)
+                done.wait(0.02)
+
+        sums: list[str] = []
+
+        def read(m: Path) -> None:
+            sums.append(file_sha256(m / "big.bin"))
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        readers = [threading.Thread(target=read, args=(m,)) for m in mnts]
+        for r in readers:
+            r.start()
+        for r in readers:
+            r.join()
+        done.set()
+        sampler.join()
+        for m in mnts:
+            self.unmount(m, env)
+        return most, sums == [self.sha, self.sha]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size-mib", type=int, default=1024)
+    ap.add_argument("--rss-mib", type=int, default=4096, help="0 skips the RSS measurement")
+    ap.add_argument("--dir", default=None)
+    args = ap.parse_args()
+    for tool in ("curl", "dd", "fusermount3"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is not installed")
+    work = Path(args.dir or tempfile.mkdtemp(prefix="gitxet-remotebench-")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    b = Bench(work, args.size_mib << 20, args.rss_mib << 20)
+    b.start_server()
+    try:
+        b.build()
+        mib = b.size / (1 << 20)
+        res: dict[str, float] = {}
+        print("hf_xet ...", flush=True)
+        res["hf_xet"] = b.hf_xet()
+        print("curl ...", flush=True)
+        res["curl"] = b.curl()
+        print("mount ...", flush=True)
+        res["mount_cold"], res["mount_warm"] = b.mount_cold_warm()
+        res["embedded_warm"] = b.embedded_warm()
+        print("xet:// ...", flush=True)
+        res["fsspec_cold"] = b.fsspec_cold()
+        print("clone ...", flush=True)
+        res["clone_cold"] = b.clone_cold()
+        print("cache ...", flush=True)
+        open_ms = b.cache_open_ms()
+        most, right = b.cap_two_mounts()
+        rss = b.rss_kb() if b.rss else 0
+    finally:
+        b.stop_server()
+
+    def speed(k: str) -> float:
+        return mib / res[k]
+
+    ref = speed("hf_xet")
+    rows = [
+        ("hf_xet.download_files (the reference)", "hf_xet", ref, ""),
+        ("curl of the xorb ranges (8 parallel)", "curl", ref, ""),
+        ("`git xet mount`, cold", "mount_cold", ref, ">= 1.0x"),
+        ("`xet://` fsspec, cold, 8 MiB reads", "fsspec_cold", ref, ">= 1.0x"),
+        ("`git xet clone`, cold", "clone_cold", ref, ">= 0.9x"),
+        ("mount of the embedded store, after remount", "embedded_warm", ref, ""),
+    ]
+    print(f"\n{mib:.0f} MiB file, `git xet serve` on loopback; ratios vs hf_xet in this run\n")
+    print("| read | MiB/s | vs hf_xet | goal |")
+    print("|---|---:|---:|---|")
+    for label, key, base, goal in rows:
+        print(f"| {label} | {speed(key):.0f} | {speed(key) / base:.2f}x | {goal} |")
+    warm_ratio = speed("mount_warm") / speed("embedded_warm")
+    print(
+        f"| `git xet mount --offline` after remount (node cache only) | "
+        f"{speed('mount_warm'):.0f} | {warm_ratio:.2f}x the embedded remount | >= 0.7x |"
+    )
+    print()
+    print(f"node cache with 100,000 ranges opens in {open_ms:.1f} ms (goal <= 50 ms)")
+    print(
+        f"two mounts streaming {mib:.0f} MiB through a 256 MiB cache: at most "
+        f"{most / (1 << 20):.1f} MiB on disk (goal <= {256 + UNIT / (1 << 20):.0f} MiB), "
+        f"bytes right: {right}"
+    )
+    if rss:
+        print(
+            f"mount daemon peak RSS streaming {args.rss_mib} MiB over HTTP: {rss / 1024:.0f} MB "
+            "(goal <= 300 MB)"
+        )
+
+
+if __name__ == "__main__":
+    main()
