@@ -43,10 +43,11 @@ import os
 import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gitxet.data.reconstruct import ChunkCache, ChunkSource, Layout
+from gitxet.data.reconstruct import ChunkCache, ChunkSource, Layout, Segment
 from gitxet.data.sources import LayeredSource
 from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, fetch_files
 from gitxet.errors import (
@@ -64,6 +65,7 @@ from gitxet.git import process
 from gitxet.hashing import to_hex
 from gitxet.settings import (
     DEFAULT_CACHE_BYTES,
+    DEFAULT_PREFETCH_BYTES,
     Settings,
     child_env,
     redact,
@@ -308,6 +310,30 @@ class RemoteLayer:
 
     def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
         return self._open().read_chunks(xorb_hash, start, end)
+
+    # the server source's cache and fetching calls (see data.reconstruct.FetchSource); asked
+    # only for xorbs this layer holds, so it is open by then
+    initial_window = 8 << 20
+    max_window = DEFAULT_PREFETCH_BYTES
+
+    def read_verified_part(self, xorb_hash: bytes, index: int, lo: int, hi: int) -> bytes | None:
+        return self._open().read_verified_part(xorb_hash, index, lo, hi)  # type: ignore[attr-defined,no-any-return]
+
+    def read_verified_range(self, xorb_hash: bytes, lo: int, hi: int) -> bytes | None:
+        return self._open().read_verified_range(xorb_hash, lo, hi)  # type: ignore[attr-defined,no-any-return]
+
+    def fetch_range(self, xorb_hash: bytes, lo: int, hi: int, *, sequential: bool) -> bytes:
+        src = self._open()
+        return src.fetch_range(xorb_hash, lo, hi, sequential=sequential)  # type: ignore[attr-defined,no-any-return]
+
+    def prefetch(self, xorb_hash: bytes, lo: int, hi: int) -> None:
+        self._open().prefetch(xorb_hash, lo, hi)  # type: ignore[attr-defined]
+
+    def split_range(self, xorb_hash: bytes, lo: int, hi: int) -> list[tuple[int, int]]:
+        return self._open().split_range(xorb_hash, lo, hi)  # type: ignore[attr-defined,no-any-return]
+
+    def stream_range(self, xorb_hash: bytes, lo: int, hi: int) -> Future[Segment]:
+        return self._open().stream_range(xorb_hash, lo, hi)  # type: ignore[attr-defined,no-any-return]
 
 
 # ---- getting data from whichever remote has it ------------------------------------------

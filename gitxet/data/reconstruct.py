@@ -69,10 +69,42 @@ class PartSource(Protocol):
     def read_verified_range(self, xorb_hash: bytes, lo: int, hi: int) -> bytes | None: ...
 
 
-class Segment(Protocol):
-    """Fetched decoded bytes of a xorb (see ``gitxet.data.remote_source.Segment``)."""
+class Segment:
+    """Verified decoded bytes of a xorb, in memory: buffers with their xorb data offsets."""
 
-    def views(self, lo: int, hi: int) -> Sequence[memoryview]: ...
+    __slots__ = ("_parts", "_starts", "hi", "lo")
+
+    def __init__(self, lo: int, parts: Sequence[memoryview | bytes]) -> None:
+        self.lo = lo
+        self._parts = list(parts)
+        self._starts: list[int] = []
+        pos = lo
+        for b in self._parts:
+            self._starts.append(pos)
+            pos += len(b)
+        self.hi = pos
+
+    def views(self, lo: int, hi: int) -> list[memoryview]:
+        """Views of decoded bytes ``[lo, hi)`` (inside this segment), in order."""
+        if not self.lo <= lo <= hi <= self.hi:
+            raise IndexError(f"[{lo}, {hi}) outside a segment [{self.lo}, {self.hi})")
+        out: list[memoryview] = []
+        i = bisect.bisect_right(self._starts, lo) - 1
+        pos = lo
+        while pos < hi:
+            start = self._starts[i]
+            part = memoryview(self._parts[i])
+            a = pos - start
+            b = min(len(part), hi - start)
+            out.append(part[a:b])
+            pos = start + b
+            i += 1
+        return out
+
+    def read(self, lo: int, hi: int) -> bytes:
+        """Decoded bytes ``[lo, hi)`` as one object."""
+        views = self.views(lo, hi)
+        return bytes(views[0]) if len(views) == 1 else b"".join(views)
 
 
 class FetchSource(Protocol):
@@ -198,6 +230,8 @@ class FileReader:
         partial = all(hasattr(source, m) for m in ("read_verified_part", "read_verified_range"))
         self._part: PartSource | None = source if partial else None  # type: ignore[assignment]
         fetching = all(hasattr(source, m) for m in ("fetch_range", "prefetch", "stream_range"))
+        # a source that can fetch, and is behind a network somewhere (a window to read ahead)
+        fetching = fetching and getattr(source, "max_window", 0) > 0
         self._fetch: FetchSource | None = source if fetching else None  # type: ignore[assignment]
         terms = info.terms if info is not None else []
         self._spans: list[_Span] = []

@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from gitxet.data.reconstruct import Segment
 from gitxet.errors import (
     AuthError,
     FileNotFoundInCASError,
@@ -103,44 +104,6 @@ def _units(offs: Sequence[int], unit: int) -> tuple[int, ...]:
             cuts.append(i)
     cuts.append(n)
     return tuple(cuts)
-
-
-class Segment:
-    """Verified decoded bytes of a xorb, in memory: buffers with their xorb data offsets."""
-
-    __slots__ = ("_parts", "_starts", "hi", "lo")
-
-    def __init__(self, lo: int, parts: Sequence[memoryview | bytes]) -> None:
-        self.lo = lo
-        self._parts = list(parts)
-        self._starts: list[int] = []
-        pos = lo
-        for b in self._parts:
-            self._starts.append(pos)
-            pos += len(b)
-        self.hi = pos
-
-    def views(self, lo: int, hi: int) -> list[memoryview]:
-        """Views of decoded bytes ``[lo, hi)`` (inside this segment), in order."""
-        if not self.lo <= lo <= hi <= self.hi:
-            raise IndexError(f"[{lo}, {hi}) outside a segment [{self.lo}, {self.hi})")
-        out: list[memoryview] = []
-        i = bisect.bisect_right(self._starts, lo) - 1
-        pos = lo
-        while pos < hi:
-            start = self._starts[i]
-            part = memoryview(self._parts[i])
-            a = pos - start
-            b = min(len(part), hi - start)
-            out.append(part[a:b])
-            pos = start + b
-            i += 1
-        return out
-
-    def read(self, lo: int, hi: int) -> bytes:
-        """Decoded bytes ``[lo, hi)`` as one object."""
-        views = self.views(lo, hi)
-        return bytes(views[0]) if len(views) == 1 else b"".join(views)
 
 
 class _Job:

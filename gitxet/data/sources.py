@@ -7,10 +7,12 @@ nothing is copied: chunks are read lazily where they live.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 from collections.abc import Sequence
+from concurrent.futures import Future
 
-from gitxet.data.reconstruct import ChunkSource, Layout
+from gitxet.data.reconstruct import ChunkSource, Layout, Segment
 from gitxet.errors import DataUnavailableError, GitxetError, XorbNotFoundError
 from gitxet.formats.shard import FileInfo
 from gitxet.hashing import to_hex
@@ -102,3 +104,54 @@ class LayeredSource:
     def read_verified_range(self, xorb_hash: bytes, lo: int, hi: int) -> bytes | None:
         read = getattr(self._holder(xorb_hash), "read_verified_range", None)
         return read(xorb_hash, lo, hi) if read is not None else None  # type: ignore[no-any-return]
+
+    # ---- fetching (layers behind a network; see FetchSource) -------------------------------
+
+    @property
+    def initial_window(self) -> int:
+        return max((int(getattr(s, "initial_window", 0)) for s in self.layers), default=0)
+
+    @property
+    def max_window(self) -> int:
+        """Non-zero when some layer is behind a network: readers then read ahead."""
+        return max((int(getattr(s, "max_window", 0)) for s in self.layers), default=0)
+
+    def fetch_range(self, xorb_hash: bytes, lo: int, hi: int, *, sequential: bool) -> bytes:
+        holder = self._holder(xorb_hash)
+        fetch = getattr(holder, "fetch_range", None)
+        if fetch is not None:
+            return fetch(xorb_hash, lo, hi, sequential=sequential)  # type: ignore[no-any-return]
+        return _read(holder, xorb_hash, lo, hi)
+
+    def prefetch(self, xorb_hash: bytes, lo: int, hi: int) -> None:
+        prefetch = getattr(self._holder(xorb_hash), "prefetch", None)
+        if prefetch is not None:
+            prefetch(xorb_hash, lo, hi)
+
+    def split_range(self, xorb_hash: bytes, lo: int, hi: int) -> list[tuple[int, int]]:
+        split = getattr(self._holder(xorb_hash), "split_range", None)
+        if split is not None:
+            return split(xorb_hash, lo, hi)  # type: ignore[no-any-return]
+        step = 8 << 20
+        return [(a, min(hi, a + step)) for a in range(lo, hi, step)]
+
+    def stream_range(self, xorb_hash: bytes, lo: int, hi: int) -> Future[Segment]:
+        holder = self._holder(xorb_hash)
+        stream = getattr(holder, "stream_range", None)
+        if stream is not None:
+            return stream(xorb_hash, lo, hi)  # type: ignore[no-any-return]
+        done: Future[Segment] = Future()
+        done.set_result(Segment(lo, [_read(holder, xorb_hash, lo, hi)]))
+        return done
+
+
+def _read(source: ChunkSource, xorb_hash: bytes, lo: int, hi: int) -> bytes:
+    """Decoded bytes ``[lo, hi)`` of a xorb from a local source (a pread when verified)."""
+    read = getattr(source, "read_verified_range", None)
+    data = read(xorb_hash, lo, hi) if read is not None else None
+    if data is not None:
+        return data  # type: ignore[no-any-return]
+    offs = source.layout(xorb_hash).data_offsets
+    c0, c1 = bisect.bisect_right(offs, lo) - 1, bisect.bisect_left(offs, hi)
+    joined = b"".join(source.read_chunks(xorb_hash, c0, c1))
+    return joined[lo - offs[c0] : hi - offs[c0]]
