@@ -16,6 +16,7 @@ from gitxet.errors import PointerFormatError
 __all__ = [
     "MAX_POINTER_SIZE",
     "MAX_SIZE_VALUE",
+    "MIN_POINTER_SIZE",
     "VERSION_LINE",
     "VERSION_URL",
     "Pointer",
@@ -27,6 +28,8 @@ VERSION_URL = "https://gitxet.dev/spec/v1"
 VERSION_LINE = f"version {VERSION_URL}\n".encode("ascii")
 #: No pointer is longer than this; lets readers decide with one bounded read.
 MAX_POINTER_SIZE = 1024
+#: No pointer is shorter: the version line, a 64-digit oid, a size and a 64-digit xet-hash.
+MIN_POINTER_SIZE = 192
 #: Largest ``size`` a pointer may carry (a signed 64-bit file size, as in git-lfs).
 MAX_SIZE_VALUE = 2**63 - 1
 

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, TYPE_CHECKING, NamedTuple
 
 from gitxet.errors import GitCommandError, GitError, GitObjectNotFoundError
@@ -23,7 +23,7 @@ from gitxet.git._runner import READ_CHUNK, PathArg, Result, fail, first_line, sp
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-__all__ = ["CatFile", "CatFileStream", "ObjectInfo", "batch_check", "batch_read"]
+__all__ = ["CatFile", "CatFileStream", "Describer", "ObjectInfo", "batch_check", "batch_read"]
 
 
 class ObjectInfo(NamedTuple):
@@ -145,10 +145,10 @@ def _read_content(stdout: IO[bytes], size: int, max_size: int) -> bytes | None:
 class _BatchProcess:
     """One long-lived ``git cat-file --batch[-check]`` with stderr kept in a temp file."""
 
-    def __init__(self, cwd: PathArg, mode: str) -> None:
+    def __init__(self, cwd: PathArg, mode: str, *, buffer: bool = False) -> None:
         # Lives as long as the process; closed in close().
         self._err = tempfile.TemporaryFile()  # noqa: SIM115
-        self._args = ["cat-file", mode]
+        self._args = ["cat-file", mode, *(["--buffer"] if buffer else [])]
         try:
             self.proc = subprocess.Popen(
                 ["git", *self._args],
@@ -190,6 +190,41 @@ class _BatchProcess:
             raise GitError(f"unexpected cat-file output {header[:200]!r}")
         return ObjectInfo(fields[0].decode("ascii"), fields[1].decode("ascii"), int(fields[2]))
 
+    def exchange(
+        self, command: str, names: Sequence[str]
+    ) -> Iterator[tuple[str | None, int, bytes | None]]:
+        """``--batch-command`` with the format ``%(objecttype) %(objectsize)``: ``command``
+        (``info`` or ``contents``) for each name, a window at a time, each window ended by
+        ``flush``. Yields ``(type, size, content)``; ``(None, 0, None)`` when missing."""
+        with_content = command == "contents"
+        prefix = command.encode("ascii") + b" "
+        for i in range(0, len(names), _WINDOW):
+            part = names[i : i + _WINDOW]
+            try:
+                self.stdin.write(b"".join(prefix + n.encode("ascii") + b"\n" for n in part))
+                self.stdin.write(b"flush\n")
+                self.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                raise self.died() from None
+            for name in part:
+                header = self.stdout.readline(len(name) + 64)
+                if not header.endswith(b"\n"):
+                    raise self.died()
+                kind, _, size_text = header[:-1].partition(b" ")
+                if size_text in (b"missing", b"ambiguous"):
+                    yield None, 0, None
+                    continue
+                if not size_text.isdigit():
+                    raise GitError(f"unexpected cat-file output {header[:200]!r}")
+                size = int(size_text)
+                data = None
+                if with_content:
+                    data = self.read_exact(size + 1)
+                    if data[-1:] != b"\n":
+                        raise GitError("cat-file output lost its framing")
+                    data = data[:-1]
+                yield kind.decode("ascii"), size, data
+
     def read_exact(self, n: int) -> bytes:
         data = self.stdout.read(n)
         if len(data) != n:
@@ -212,6 +247,61 @@ class _BatchProcess:
             self.proc.wait()
         self.stdout.close()
         self._err.close()
+
+
+#: requests written before their answers are read (~50-byte commands: ~25 KB, below a pipe's
+#: 64 KiB, so git never waits on us reading while we wait on it reading)
+_WINDOW = 512
+
+
+class Describer:
+    """Sizes of many objects, and the content of the small ones asked for, from one
+    long-lived ``git cat-file --batch-command --buffer`` (git 2.36+): commands go out a
+    window at a time with one ``flush`` each, so there is no round trip per object and git
+    writes its answers in big blocks. Thread-safe (one exchange at a time)."""
+
+    def __init__(self, cwd: PathArg) -> None:
+        self._cwd = cwd
+        self._lock = threading.Lock()
+        self._proc: _BatchProcess | None = None
+        self._closed = False
+
+    def describe(
+        self, names: Sequence[str], read: Callable[[int], bool]
+    ) -> list[tuple[str, int, bytes | None] | None]:
+        """``(type, size, content)`` per name, in order (None: missing); ``content`` only for
+        objects whose size ``read`` accepts (keep those small: they are held in memory).
+
+        Raises:
+            GitError: git failed, or is too old for ``--batch-command``.
+        """
+        for name in names:
+            _check_name(name)
+        with self._lock:
+            if self._closed:
+                raise GitError("cat-file was closed")
+            if self._proc is None:
+                self._proc = _BatchProcess(
+                    self._cwd, "--batch-command=%(objecttype) %(objectsize)", buffer=True
+                )
+            proc = self._proc
+            out: list[tuple[str, int, bytes | None] | None] = []
+            for kind, size, _ in proc.exchange("info", names):
+                out.append(None if kind is None else (kind, size, None))
+            wanted = [i for i, got in enumerate(out) if got is not None and read(got[1])]
+            if wanted:
+                got_back = proc.exchange("contents", [names[i] for i in wanted])
+                for i, (kind, size, data) in zip(wanted, got_back, strict=True):
+                    if kind is not None:
+                        out[i] = (kind, size, data)
+            return out
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.close()
 
 
 def _check_name(name: str) -> None:

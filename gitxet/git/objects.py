@@ -15,7 +15,7 @@ import contextlib
 import os
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -23,6 +23,7 @@ from dulwich.errors import NotGitRepository
 from dulwich.repo import Repo
 
 from gitxet.errors import FormatError, GitError, GitObjectNotFoundError
+from gitxet.git.catfile import Describer
 from gitxet.git.paths import unsafe_name
 
 __all__ = [
@@ -47,6 +48,7 @@ MODE_LINK = 0o120000
 MODE_GITLINK = 0o160000
 FILE_MODES = frozenset({0o100644, 0o100755, 0o100664})  # 100664: written by very old gits
 SUPPORTED_MODES = FILE_MODES | {MODE_DIR, MODE_LINK, MODE_GITLINK}
+_MODE_TEXT = {f"{m:o}".encode(): m for m in SUPPORTED_MODES}  # as git writes them
 
 # pack entry types (gitformat-pack)
 OBJ_COMMIT, OBJ_TREE, OBJ_BLOB, OBJ_TAG, OFS_DELTA, REF_DELTA = 1, 2, 3, 4, 6, 7
@@ -81,17 +83,20 @@ def parse_tree(
     """
     out: list[TreeRecord] = []
     seen: set[bytes] = set()
+    modes = _MODE_TEXT
     pos, end = 0, len(raw)
     while pos < end:
         sp = raw.find(b" ", pos, pos + 8)
         mode_text = raw[pos:sp]
-        if sp < 0 or not mode_text or mode_text.strip(b"01234567"):
-            raise FormatError(what, f"entry at byte {pos}: bad or missing mode")
+        mode = modes.get(mode_text) if sp >= 0 else None  # common modes without int()
+        if mode is None:
+            if sp < 0 or not mode_text or mode_text.strip(b"01234567"):
+                raise FormatError(what, f"entry at byte {pos}: bad or missing mode")
+            mode = int(mode_text, 8)
         nul = raw.find(b"\0", sp + 1)
         if nul < 0 or nul + 1 + sha_len > end:
             raise FormatError(what, f"entry at byte {pos}: truncated")
         name = raw[sp + 1 : nul]
-        mode = int(mode_text, 8)
         sha = raw[nul + 1 : nul + 1 + sha_len]
         pos = nul + 1 + sha_len
         reason = unsafe_name(name, mode)
@@ -144,53 +149,80 @@ def packed_size(path: str, offset: int, sha_len: int) -> int:
     A non-delta entry's header holds the object size. A delta's compressed data starts with
     the base size and the result size, so only the first bytes need inflating.
     """
-    what = f"pack {os.path.basename(path)} @{offset}"
     with open(path, "rb", buffering=0) as f:
-        head = os.pread(f.fileno(), 2 * _VARINT_MAX + sha_len, offset)
-        if not head:
-            raise FormatError(what, "offset beyond the end of the pack")
-        kind = (head[0] >> 4) & 7
-        size, shift, i = head[0] & 0x0F, 4, 1
-        while head[i - 1] & 0x80:
-            if i >= min(len(head), _VARINT_MAX):
-                raise FormatError(what, "truncated entry header")
-            size |= (head[i] & 0x7F) << shift
-            shift += 7
-            i += 1
-        if kind in (OBJ_COMMIT, OBJ_TREE, OBJ_BLOB, OBJ_TAG):
-            return size
-        if kind == OFS_DELTA:
-            while i < len(head) and head[i] & 0x80:
-                i += 1
-            i += 1
-        elif kind == REF_DELTA:
-            i += sha_len
-        else:
-            raise FormatError(what, f"unknown entry type {kind}")
-        pos = offset + i
+        return packed_entry(f.fileno(), os.path.basename(path), offset, sha_len, 0)[0]
 
-        def read(n: int) -> bytes:
-            nonlocal pos
-            data = os.pread(f.fileno(), n, pos)
-            pos += len(data)
-            return data
 
-        prefix = _inflate_prefix(read, 2 * _VARINT_MAX, what)
+def packed_entry(
+    fd: int, name: str, offset: int, sha_len: int, want: int = 0
+) -> tuple[int, bytes | None]:
+    """``(size, content)`` of the object at ``offset`` in the pack open as ``fd``.
+
+    The content comes only for a whole (non-delta) blob of at most ``want`` bytes, read
+    with its header in one ``pread``; otherwise it is None (a delta needs its base; the
+    caller reads it the slow way when it needs it).
+    """
+    what = f"pack {name} @{offset}"
+    slack = want + want // 8 + 64 if want else 0  # zlib's worst case for small inputs
+    head = os.pread(fd, 2 * _VARINT_MAX + sha_len + slack, offset)
+    if not head:
+        raise FormatError(what, "offset beyond the end of the pack")
+    kind = (head[0] >> 4) & 7
+    size, shift, i = head[0] & 0x0F, 4, 1
+    while head[i - 1] & 0x80:
+        if i >= min(len(head), _VARINT_MAX):
+            raise FormatError(what, "truncated entry header")
+        size |= (head[i] & 0x7F) << shift
+        shift += 7
+        i += 1
+    if kind in (OBJ_COMMIT, OBJ_TREE, OBJ_BLOB, OBJ_TAG):
+        if kind != OBJ_BLOB or size > want:
+            return size, None
+        d = zlib.decompressobj()
+        try:
+            data = d.decompress(head[i:], size + 1)
+        except zlib.error as exc:
+            raise FormatError(what, f"bad zlib data ({exc})") from None
+        # a stream longer than the slack was cut: no content then, never a guess
+        return size, data if len(data) == size and d.eof else None
+    if kind == OFS_DELTA:
+        while i < len(head) and head[i] & 0x80:
+            i += 1
+        i += 1
+    elif kind == REF_DELTA:
+        i += sha_len
+    else:
+        raise FormatError(what, f"unknown entry type {kind}")
+    pos = offset + i
+
+    def read(n: int) -> bytes:
+        nonlocal pos
+        data = os.pread(fd, n, pos)
+        pos += len(data)
+        return data
+
+    prefix = _inflate_prefix(read, 2 * _VARINT_MAX, what)
     _base, j = _varint_le(prefix, 0, what)
     result, _ = _varint_le(prefix, j, what)
-    return result
+    return result, None
 
 
 def loose_size(path: str) -> int:
     """Size of a loose blob, from the ``blob <size>\\0`` header at the start of its stream."""
+    return loose_head(path, 0)[0]
+
+
+def loose_head(path: str, want: int) -> tuple[int, bytes | None]:
+    """``(size, content)`` of a loose blob; the content only when at most ``want`` bytes."""
     what = f"loose object {os.path.basename(os.path.dirname(path))}{os.path.basename(path)}"
     with open(path, "rb") as f:
-        prefix = _inflate_prefix(f.read, 32, what)
-    header, nul, _ = prefix.partition(b"\0")
-    kind, _sp, size = header.partition(b" ")
-    if not nul or kind != b"blob" or not size.isdigit():
+        prefix = _inflate_prefix(f.read, 32 + want, what)
+    header, nul, rest = prefix.partition(b"\0")
+    kind, _sp, size_text = header.partition(b" ")
+    if not nul or kind != b"blob" or not size_text.isdigit():
         raise FormatError(what, f"not a blob header: {header[:32]!r}")
-    return int(size)
+    size = int(size_text)
+    return size, rest[:size] if size <= want and len(rest) >= size else None
 
 
 class _Handle:
@@ -205,8 +237,14 @@ class _Handle:
         except BaseException:
             self.repo.close()
             raise
+        self._pack_fds: dict[str, int] = {}  # one per pack file, kept open
 
     def size(self, hexsha: bytes, sha_len: int) -> int:
+        return self.head(hexsha, sha_len, 0)[0]
+
+    def head(self, hexsha: bytes, sha_len: int, want: int) -> tuple[int, bytes | None]:
+        """``(size, content)``: the content too when the object is a blob of at most
+        ``want`` bytes stored whole (one ``pread``); None means "read it with :meth:`raw`"."""
         for attempt in range(2):
             for store, packs in self._stores():
                 for pack in packs:
@@ -214,19 +252,24 @@ class _Handle:
                         offset = pack.index.object_offset(hexsha)
                     except KeyError:
                         continue
-                    return packed_size(os.fspath(pack.data.path), offset, sha_len)
+                    path = os.fspath(pack.data.path)
+                    fd = self._pack_fds.get(path)
+                    if fd is None:
+                        fd = self._pack_fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                    return packed_entry(fd, os.path.basename(path), offset, sha_len, want)
                 root = getattr(store, "path", None)
                 if root is not None:
                     text = hexsha.decode("ascii")
                     try:
-                        return loose_size(os.path.join(os.fspath(root), text[:2], text[2:]))
+                        return loose_head(os.path.join(os.fspath(root), text[:2], text[2:]), want)
                     except FileNotFoundError:
                         pass
             if attempt == 0:  # a repack may have moved it into a pack we do not know yet
                 self.packs = list(self.store.packs)
                 self._alternates = None
         # a store that is not on disk: pay for a full read
-        return len(self.raw(hexsha, OBJ_BLOB))
+        data = self.raw(hexsha, OBJ_BLOB)
+        return len(data), data if len(data) <= want else None
 
     def _stores(self) -> list[tuple[Any, list[Any]]]:
         """This repository's object store and its alternates (``objects/info/alternates``),
@@ -249,6 +292,10 @@ class _Handle:
         return bytes(data)
 
     def close(self) -> None:
+        for fd in self._pack_fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._pack_fds.clear()
         with contextlib.suppress(Exception):  # dulwich caches them; its close() skips them
             for alt in self.store.alternates:
                 alt.close()
@@ -268,6 +315,8 @@ class GitObjects:
             raise GitError(f"{path}: not a git repository") from None
         self._idle = [first]
         self._count = 1
+        self._batch: Describer | None = None  # for describe(), started on first use
+        self._batch_lock = threading.Lock()
 
     @contextmanager
     def _handle(self) -> Iterator[_Handle]:
@@ -305,6 +354,33 @@ class GitObjects:
         with self._handle() as h:
             return h.size(sha.hex().encode("ascii"), len(sha))
 
+    def describe(
+        self, shas: Sequence[bytes], read: Callable[[int], bool]
+    ) -> list[tuple[int, bytes | None] | None]:
+        """Sizes of many objects and the content of those whose size ``read`` accepts (keep
+        that to small sizes), through one long-lived ``git cat-file`` pair, pipelined: for
+        the blobs of a directory listing, git does the work on another core and this
+        process only parses its answers. None for a missing object or one of another kind
+        than blob."""
+        with self._batch_lock:
+            if self._closed:
+                raise GitError("the repository was closed")
+            if self._batch is None:
+                self._batch = Describer(self._path)
+            batch = self._batch
+        found = batch.describe([s.hex() for s in shas], read)
+        return [None if got is None or got[0] != "blob" else (got[1], got[2]) for got in found]
+
+    def small_blob(self, sha: bytes, want: int) -> tuple[int, bytes | None]:
+        """A blob's size and, when it has at most ``want`` bytes, its content: both from one
+        read of a pack entry or loose object whenever the blob is stored whole."""
+        hexsha = sha.hex().encode("ascii")
+        with self._handle() as h:
+            size, data = h.head(hexsha, len(sha), want)
+            if data is None and size <= want:
+                data = h.raw(hexsha, OBJ_BLOB)
+        return size, data
+
     def commit(self, hexsha: bytes) -> tuple[bytes, int]:
         """(tree id, committer time in seconds) of a commit, peeling annotated tags."""
         with self._handle() as h:
@@ -329,3 +405,7 @@ class GitObjects:
             self._cond.notify_all()
         for h in idle:
             h.close()
+        with self._batch_lock:
+            batch, self._batch = self._batch, None
+        if batch is not None:
+            batch.close()

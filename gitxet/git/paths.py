@@ -113,6 +113,15 @@ def unsafe_name(name: bytes, mode: int | None = None) -> str | None:
         return "'/' inside a name"
     if b"\0" in name:
         return "NUL byte inside a name"
+    # the common case, fast (a listing checks every name): an ASCII name has no code point
+    # HFS+ ignores, so only a '.git' or 'git~1' prefix can make it unsafe
+    if (
+        mode != _MODE_LINK
+        and name.isascii()
+        and b"\\" not in name
+        and not name.lower().startswith((b".git", b"git~1"))
+    ):
+        return None
     # Windows also splits names at '\\' (fsck_tree checks the rest after each one)
     pieces = [name] + [name[i + 1 :] for i, c in enumerate(name) if c == 0x5C]
     if _is_hfs_dot(name, b"git") or any(_is_ntfs_dotgit(p) for p in pieces):

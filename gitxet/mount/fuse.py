@@ -226,7 +226,11 @@ class XetFuseOperations(pyfuse3.Operations):
         return True
 
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
-        st = await self._offload(self._meta_limiter, "statfs", self.fs.statfs)
+        nowait = getattr(self.fs, "statfs_nowait", None)
+        if nowait is not None:  # never waits for a walk of the whole tree (find asks first)
+            st = self._call("statfs", nowait)
+        else:
+            st = await self._offload(self._meta_limiter, "statfs", self.fs.statfs)
         out = pyfuse3.StatvfsData()
         bsize = max(st.block_size, 1)
         out.f_bsize = bsize

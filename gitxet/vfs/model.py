@@ -20,6 +20,7 @@ Why these choices:
 
 from __future__ import annotations
 
+import bisect
 import errno
 import hashlib
 import logging
@@ -27,6 +28,8 @@ import os
 import stat
 import tempfile
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -35,10 +38,11 @@ from typing import IO, Any, TypeVar
 from gitxet.data.reconstruct import ChunkCache, ChunkSource, FileReader
 from gitxet.errors import (
     FormatError,
+    GitError,
     IntegrityError,
     PointerFormatError,
 )
-from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer, looks_like_pointer
+from gitxet.formats.pointer import MAX_POINTER_SIZE, MIN_POINTER_SIZE, Pointer, looks_like_pointer
 from gitxet.git.objects import (
     FILE_MODES,
     MODE_DIR,
@@ -65,6 +69,7 @@ _INO_MASK = (1 << 63) - 1  # inode numbers are 63-bit: they stay positive as sig
 _INO_PERSON = b"gitxet.vfs.ino"  # blake2b personalisation: domain-separates the hash
 
 _MAX_SPOOLS = 8  # big plain blobs kept in temporary files
+_IDLE_BEFORE_STATS = 0.5  # seconds without a listing before statfs is summed in the background
 _MAX_INFOS = 1 << 16  # blob sizes/pointers remembered (a node keeps its own attributes)
 
 #: What a symlink whose target no system accepts (empty, or ``PATH_MAX`` bytes or more)
@@ -75,6 +80,9 @@ T = TypeVar("T")
 
 
 # ---- nodes ----------------------------------------------------------------------------------
+
+
+_DIR_MODES = (MODE_DIR, MODE_GITLINK)
 
 
 def _kind_of(mode: int) -> NodeKind | None:
@@ -117,6 +125,54 @@ class _Flights:
         finally:
             with self._lock:
                 del self._running[key]
+
+
+class _Prefetcher:
+    """One background thread listing directories a walk will reach next, most recently
+    offered first (a depth-first walk goes into the directory it just listed); bounded."""
+
+    def __init__(self, work: Callable[[_Node], None], limit: int = 512) -> None:
+        self._work = work
+        self._limit = limit
+        self._todo: deque[_Node] = deque()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def offer(self, nodes: list[_Node]) -> None:
+        if not nodes:
+            return
+        with self._cond:
+            if self._closed:
+                return
+            self._todo.extendleft(reversed(nodes))  # the first child comes out first
+            while len(self._todo) > self._limit:
+                self._todo.pop()
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="gitxet-prefetch", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._todo and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                node = self._todo.popleft()
+            try:
+                self._work(node)
+            except Exception as exc:  # a closed repository, ...: prefetch is only a hint
+                log.debug("prefetch of %s: %s", node.shown, exc)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._todo.clear()
+            self._cond.notify_all()
 
 
 class _Spool:
@@ -184,40 +240,38 @@ class _BlobInfo:
 
 
 class _Node:
-    """One path of the commit. ``entries``/``children``/``attrs`` are filled in lazily."""
+    """One path of the commit, kept small: a million-file commit has a million of them.
 
-    __slots__ = (
-        "attrs",
-        "children",
-        "entries",
-        "ino",
-        "mode",
-        "name",
-        "order",
-        "parent",
-        "path",
-        "sha",
-    )
+    ``size`` is the reported size once known (-1 before). A directory's children live in
+    ``names`` and ``order`` (sorted by name, so a lookup is a bisection, no dict per
+    directory) once listed; ``entries`` holds its parsed tree until then.
+    """
+
+    __slots__ = ("_path", "entries", "ino", "kind", "mode", "name", "names", "order", "parent",
+                 "sha", "size")  # fmt: skip
 
     def __init__(
-        self, ino: int, parent: _Node | None, name: bytes, path: bytes, mode: int, sha: bytes
+        self, ino: int, parent: _Node | None, name: bytes, mode: int, sha: bytes, kind: NodeKind
     ) -> None:
         self.ino = ino
         self.parent = parent if parent is not None else self
         self.name = name
-        self.path = path  # from the repository root, so inode numbers ignore ``subdir``
         self.mode = mode
         self.sha = sha
+        self.kind = kind
+        self.size = -1
+        self._path: bytes | None = None  # kept for directories (their children need it)
         self.entries: list[TreeRecord] | None = [] if mode == MODE_GITLINK else None
-        self.children: dict[bytes, _Node] | None = None
-        self.order: list[_Node] = []  # children sorted by name
-        self.attrs: Attrs | None = None
+        self.names: list[bytes] | None = None
+        self.order: list[_Node] = []
 
     @property
-    def kind(self) -> NodeKind:
-        kind = _kind_of(self.mode)
-        assert kind is not None  # parse_tree admits known modes only
-        return kind
+    def path(self) -> bytes:
+        """From the repository root, so inode numbers ignore ``subdir``."""
+        if self._path is not None:
+            return self._path
+        up = self.parent.path
+        return up + b"/" + self.name if up else self.name
 
     @property
     def shown(self) -> str:
@@ -231,6 +285,10 @@ def inode_number(commit_hex: str, path: bytes) -> int:
     h = hashlib.blake2b(key, digest_size=8, person=_INO_PERSON)
     ino = int.from_bytes(h.digest(), "big") & _INO_MASK
     return ino if ino > ROOT_INO else ino + 2
+
+
+def _by_name(node: _Node) -> bytes:
+    return node.name
 
 
 def _join(parent: str, name: bytes) -> str:
@@ -299,7 +357,10 @@ class CommitFS:
         self._nodes: dict[int, _Node] = {}
         self._expanded_all = False
         self._stats: FSStats | None = None
+        self._stats_started = False
+        self._busy_at = 0.0  # when a listing last ran (the background statfs waits for calm)
         self._git = GitObjects(repo_path)
+        self._prefetcher = _Prefetcher(self._prefetch_one)
         try:
             tree, seconds = self._git.commit(text.encode("ascii"))
             self.mtime_ns = seconds * 1_000_000_000
@@ -309,7 +370,8 @@ class CommitFS:
             raise
 
     def _find_root(self, tree: bytes, parts: list[bytes]) -> _Node:
-        node = _Node(ROOT_INO, None, b"", b"", MODE_DIR, tree)
+        node = _Node(ROOT_INO, None, b"", MODE_DIR, tree, NodeKind.DIR)
+        node._path = b""
         for part in parts:
             entry = next((e for e in self._entries(node) if e.name == part), None)
             path = node.path + b"/" + part if node.path else part
@@ -318,7 +380,8 @@ class CommitFS:
                 raise FileNotFoundError(errno.ENOENT, f"no directory {where}")
             if _kind_of(entry.mode) is not NodeKind.DIR:
                 raise NotADirectoryError(errno.ENOTDIR, f"not a directory: {where}")
-            node = _Node(ROOT_INO, None, part, path, entry.mode, entry.sha)
+            node = _Node(ROOT_INO, None, part, entry.mode, entry.sha, NodeKind.DIR)
+            node._path = path
         self._nodes[ROOT_INO] = node
         self._entries(node)  # a broken root tree fails here, not at the first listing
         return node
@@ -345,7 +408,7 @@ class CommitFS:
             return self._attrs(node)
         if name == b"..":
             return self._attrs(node.parent)
-        child = self._children(node).get(name)
+        child = self._child(node, name)
         if child is None:
             raise FileNotFoundError(errno.ENOENT, f"{_join(node.shown, name)}: no such file")
         return self._attrs(child)
@@ -357,8 +420,64 @@ class CommitFS:
     def readdir(self, ino: int) -> list[tuple[bytes, Attrs]]:
         """Children of a directory sorted by name (bytes order), without ``.`` and ``..``."""
         node = self._dir(ino)
-        self._children(node)
+        self._busy_at = time.monotonic()
+        self._flights.run(("list", node.ino), lambda: self._list(node))
+        self._prefetcher.offer([c for c in node.order if c.kind is NodeKind.DIR])
         return [(c.name, self._attrs(c)) for c in node.order]
+
+    def _list(self, node: _Node) -> None:
+        """A directory's children and the sizes of its files (what a listing shows)."""
+        self._children(node)
+        if any(c.size < 0 and c.kind is not NodeKind.DIR for c in node.order):
+            self._fill_attrs(node)
+
+    def _prefetch_one(self, node: _Node) -> None:
+        """Prefetch: list a directory a walk is about to reach (``find`` lists each
+        subdirectory right after its parent), overlapping that work with the walk."""
+        if node.names is None or any(c.size < 0 and c.kind is not NodeKind.DIR for c in node.order):
+            try:
+                self._flights.run(("list", node.ino), lambda: self._list(node))
+            except OSError:
+                pass  # logged; the listing itself reports it again
+
+    def _fill_attrs(self, node: _Node) -> None:
+        """Attributes of a directory's files and symlinks in one batch (a listing asks for
+        all of them: READDIRPLUS, ``ls -l``, ``find``): their sizes, and the bytes of those
+        that may be pointers, come from one pipelined ``git cat-file`` exchange instead of
+        one object read each. Anything the batch cannot answer is left to :meth:`_attrs`,
+        which reads it alone (and reports it)."""
+        blobs = [c for c in node.order if c.size < 0 and c.kind is not NodeKind.DIR]
+        infos = self._batch_infos([c.sha for c in blobs], node.shown)
+        for c in blobs:
+            info = infos.get(c.sha)
+            if info is None:
+                continue
+            if c.kind is NodeKind.FILE or 0 < info.size < PATH_MAX:
+                c.size = info.size  # (a symlink too long or empty: _attrs says it is broken)
+
+    def _batch_infos(self, shas: list[bytes], shown: str) -> dict[bytes, _BlobInfo]:
+        """What blobs are (size, pointer) from one pipelined ``git cat-file`` exchange; those
+        it cannot answer are left out (the caller sizes them one by one, and reports them)."""
+        unique = list(dict.fromkeys(shas))
+        if not unique:
+            return {}
+        try:
+            found = self._git.describe(
+                unique, lambda size: MIN_POINTER_SIZE <= size <= MAX_POINTER_SIZE
+            )
+        except GitError as exc:  # no git binary, a broken store: one by one then
+            log.debug("%s: batch sizing failed (%s); sizing one by one", shown, exc)
+            return {}
+        infos: dict[bytes, _BlobInfo] = {}
+        for sha, got in zip(unique, found, strict=True):
+            if got is None:
+                continue
+            size, data = got
+            pointer = self._parse_pointer(sha, data, shown) if data is not None else None
+            info = infos[sha] = _BlobInfo(pointer.size if pointer is not None else size, pointer)
+            if pointer is not None:  # a read of the file needs it soon
+                self._infos.put(sha, info)
+        return infos
 
     def readlink(self, ino: int) -> bytes:
         """Target of a symlink: the blob's content, or :data:`BROKEN_LINK_TARGET` when no
@@ -469,6 +588,31 @@ class CommitFS:
             stats = self._stats = FSStats(total_bytes=total, files=count)
         return stats
 
+    def statfs_nowait(self) -> FSStats:
+        """:meth:`statfs` if it is known, else provisional zeros at once while a background
+        thread computes it: ``find`` and NFS clients ask for it first thing, and summing a
+        million-file commit must not stand in their way."""
+        stats = self._stats
+        if stats is not None:
+            return stats
+        with self._lock:
+            start = not self._stats_started
+            self._stats_started = True
+        if start:
+            threading.Thread(target=self._stats_in_background, daemon=True).start()
+        return FSStats(total_bytes=0, files=0)
+
+    def _stats_in_background(self) -> None:
+        def pace() -> None:  # give way while the tree is being listed
+            while time.monotonic() - self._busy_at < _IDLE_BEFORE_STATS:
+                time.sleep(_IDLE_BEFORE_STATS)
+
+        try:
+            total, count = self._flights.run("statfs", lambda: self._walk_totals(pace))
+            self._stats = FSStats(total_bytes=total, files=count)
+        except Exception as exc:  # logged where it happened; the figures stay provisional
+            log.debug("statfs in the background: %s", exc)
+
     # ---- extras ----------------------------------------------------------------------------
 
     def resolve_path(self, path: bytes) -> Attrs:
@@ -484,6 +628,7 @@ class CommitFS:
 
     def close(self) -> None:
         """Release the repository's files and the temporary files of big plain blobs."""
+        self._prefetcher.close()
         self._git.close()
         self._blobs.close()
         self._readers.clear()
@@ -520,7 +665,7 @@ class CommitFS:
                 kids = self._children(node)
             except OSError:  # a broken tree (logged): its paths cannot be found anyway
                 continue
-            stack.extend(c for c in kids.values() if c.kind is NodeKind.DIR)
+            stack.extend(c for c in kids if c.kind is NodeKind.DIR)
         self._expanded_all = True
 
     def _dir(self, ino: int) -> _Node:
@@ -559,52 +704,65 @@ class CommitFS:
         if first:
             log.warning("commit %s: %r is not shown: %s", self._commit_hex, shown, why)
 
-    def _children(self, node: _Node) -> dict[bytes, _Node]:
-        kids = node.children
-        if kids is not None:
-            return kids
+    def _children(self, node: _Node) -> list[_Node]:
+        """A directory's children, sorted by name (created on the first call)."""
+        if node.names is not None:
+            return node.order
         entries = self._entries(node)
+        base = node.path
         # hash outside the lock: a directory can have 100k entries
-        paths = [node.path + b"/" + e.name if node.path else e.name for e in entries]
+        paths = [base + b"/" + e.name if base else e.name for e in entries]
         numbers = [inode_number(self._commit_hex, p) for p in paths]
         with self._lock:
-            if node.children is not None:
-                return node.children
-            kids = {}
+            if node.names is not None:
+                return node.order
+            nodes = self._nodes
+            kids: list[_Node] = []
             for entry, path, ino in zip(entries, paths, numbers, strict=True):
-                while ino in self._nodes:  # 63-bit collision: probe, and say so
-                    log.warning(
-                        "inode %d of %r collides with %s", ino, path, self._nodes[ino].shown
-                    )
+                while ino in nodes:  # 63-bit collision: probe, and say so
+                    log.warning("inode %d of %r collides with %s", ino, path, nodes[ino].shown)
                     ino = ino + 1 if ino < _INO_MASK else ROOT_INO + 1
-                child = _Node(ino, node, entry.name, path, entry.mode, entry.sha)
-                self._nodes[ino] = child
-                kids[entry.name] = child
-            node.order = sorted(kids.values(), key=lambda c: c.name)
-            node.children = kids
+                kind = _kind_of(entry.mode)
+                assert kind is not None  # parse_tree admits known modes only
+                child = _Node(ino, node, entry.name, entry.mode, entry.sha, kind)
+                if kind is NodeKind.DIR:
+                    child._path = path
+                nodes[ino] = child
+                kids.append(child)
+            kids.sort(key=_by_name)
+            node.order = kids
+            node.size = 2 + sum(1 for c in kids if c.kind is NodeKind.DIR)  # nlink
+            node.names = [c.name for c in kids]
+            node.entries = None  # the children hold what is needed: free the parsed tree
         return kids
 
+    def _child(self, node: _Node, name: bytes) -> _Node | None:
+        kids = self._children(node)
+        names = node.names
+        assert names is not None
+        i = bisect.bisect_left(names, name)
+        return kids[i] if i < len(names) and names[i] == name else None
+
     def _attrs(self, node: _Node) -> Attrs:
-        attrs = node.attrs
-        if attrs is not None:
-            return attrs
         kind = node.kind
+        mtime = self.mtime_ns
         if kind is NodeKind.DIR:
-            try:
-                subdirs = sum(1 for e in self._entries(node) if _kind_of(e.mode) is NodeKind.DIR)
-            except OSError:  # a broken tree (logged): still listed, unreadable when opened
-                subdirs = 0
-            attrs = Attrs(node.ino, kind, stat.S_IFDIR | 0o555, 0, 2 + subdirs, self.mtime_ns)
-        elif kind is NodeKind.FILE:
-            size = self._blob_info(node.sha, node.shown).size
+            if node.size < 0:
+                try:
+                    entries = self._entries(node)
+                    node.size = 2 + sum(1 for e in entries if e.mode in _DIR_MODES)
+                except OSError:  # a broken tree (logged): still listed, unreadable when opened
+                    node.size = 2
+            return Attrs(node.ino, kind, stat.S_IFDIR | 0o555, 0, node.size, mtime)
+        if kind is NodeKind.FILE:
+            if node.size < 0:
+                node.size = self._blob_info(node.sha, node.shown).size
             perm = 0o555 if node.mode & 0o100 else 0o444
-            attrs = Attrs(node.ino, kind, stat.S_IFREG | perm, size, 1, self.mtime_ns)
-        else:
+            return Attrs(node.ino, kind, stat.S_IFREG | perm, node.size, 1, mtime)
+        if node.size < 0:
             target = self._link_size(node.sha, node.shown)
-            size = len(BROKEN_LINK_TARGET) if target is None else target
-            attrs = Attrs(node.ino, kind, stat.S_IFLNK | 0o777, size, 1, self.mtime_ns)
-        node.attrs = attrs
-        return attrs
+            node.size = len(BROKEN_LINK_TARGET) if target is None else target
+        return Attrs(node.ino, kind, stat.S_IFLNK | 0o777, node.size, 1, mtime)
 
     # ---- blobs -----------------------------------------------------------------------------
 
@@ -615,22 +773,34 @@ class CommitFS:
         return info
 
     def _load_info(self, sha: bytes, shown: str) -> _BlobInfo:
-        size = self._git_op(shown, "size blob", lambda: self._git.size(sha))
+        # size and, for a blob small enough to be a pointer, its bytes: one read of the pack
+        size, data = self._git_op(
+            shown, "size blob", lambda: self._git.small_blob(sha, MAX_POINTER_SIZE)
+        )
         pointer = None
-        if size <= MAX_POINTER_SIZE:  # small enough to be a pointer: read it to know
-            data = self._read_blob(sha, shown, size)
-            if looks_like_pointer(data):
-                try:
-                    pointer = Pointer.decode(data)
-                except PointerFormatError as exc:
-                    with self._lock:
-                        first = sha not in self._warned
-                        self._warned.put(sha, True)
-                    if first:
-                        log.warning("%s: not a valid pointer (%s); served as is", shown, exc.reason)
+        if data is not None:  # small enough to be a pointer: read it to know
+            if len(data) != size:
+                bad = FormatError(f"blob {sha.hex()}", f"{len(data)} bytes, header says {size}")
+                raise self._eio(shown, "inconsistent object", bad) from bad
+            self._cache_blob(sha, shown, data)
+            pointer = self._parse_pointer(sha, data, shown)
         info = _BlobInfo(pointer.size if pointer is not None else size, pointer)
         self._infos.put(sha, info)
         return info
+
+    def _parse_pointer(self, sha: bytes, data: bytes, shown: str) -> Pointer | None:
+        """The pointer a small blob holds, or None (a broken one is logged once)."""
+        if not looks_like_pointer(data):
+            return None
+        try:
+            return Pointer.decode(data)
+        except PointerFormatError as exc:
+            with self._lock:
+                first = sha not in self._warned
+                self._warned.put(sha, True)
+            if first:
+                log.warning("%s: not a valid pointer (%s); served as is", shown, exc.reason)
+            return None
 
     def _read_blob(self, sha: bytes, shown: str, size: int) -> bytes:
         """A blob's bytes from git, checked against its size, and cached."""
@@ -638,11 +808,14 @@ class CommitFS:
         if len(data) != size:
             bad = FormatError(f"blob {sha.hex()}", f"{len(data)} bytes, its header says {size}")
             raise self._eio(shown, "inconsistent object", bad) from bad
+        self._cache_blob(sha, shown, data)
+        return data
+
+    def _cache_blob(self, sha: bytes, shown: str, data: bytes) -> None:
         try:
             self._blobs.put(sha, data)
         except OSError as exc:  # no room for a spool file: serve it anyway, uncached
             log.warning("%s: cannot cache blob: %s", shown, exc)
-        return data
 
     def _read_plain(self, node: _Node, total: int, offset: int, size: int) -> bytes:
         cached = self._blobs.get(node.sha)
@@ -683,8 +856,9 @@ class CommitFS:
 
     # ---- totals ----------------------------------------------------------------------------
 
-    def _walk_totals(self) -> tuple[int, int]:
-        """(bytes, nodes) of the served tree; each distinct tree object is summed once."""
+    def _walk_totals(self, pace: Callable[[], None] | None = None) -> tuple[int, int]:
+        """(bytes, nodes) of the served tree; each distinct tree object is summed once
+        (``pace`` is called before each)."""
         root = self._root
         if root.mode == MODE_GITLINK:
             return 0, 1
@@ -694,6 +868,8 @@ class CommitFS:
             sha, shown, ready = stack.pop()
             if sha in done:
                 continue
+            if pace is not None:
+                pace()
             try:
                 entries = self._tree(sha, shown)
             except OSError:  # a broken tree (logged): counted as an empty directory
@@ -710,6 +886,9 @@ class CommitFS:
                     stack.extend(subs)
                     continue
             total, count = 0, 1
+            known = self._batch_infos(
+                [e.sha for e in entries if e.mode not in (MODE_DIR, MODE_GITLINK)], shown
+            )
             for e in entries:
                 if e.mode == MODE_DIR:
                     sub_total, sub_count = done[e.sha]
@@ -717,6 +896,10 @@ class CommitFS:
                     count += sub_count
                     continue
                 count += 1
+                info = known.get(e.sha)
+                if info is not None and (e.mode != MODE_LINK or 0 < info.size < PATH_MAX):
+                    total += info.size
+                    continue
                 where = _join(shown, e.name)
                 try:
                     if e.mode == MODE_LINK:

@@ -19,7 +19,7 @@ from gitxet.errors import GitxetError, XdrError
 from gitxet.mount.nfs.handle import NFS3_FHSIZE, FileHandles, HandleError
 from gitxet.mount.nfs.rpc import Handler, Program, RpcCall
 from gitxet.mount.nfs.xdr import U32_MAX, Packer, Unpacker, opaque_size
-from gitxet.vfs.nodes import Attrs, NodeKind, ReadOnlyFS
+from gitxet.vfs.nodes import Attrs, FSStats, NodeKind, ReadOnlyFS
 
 log = logging.getLogger(__name__)
 
@@ -326,9 +326,14 @@ class NFS3Service:
             raise NfsStatusError(Status.NOENT if not name else Status.INVAL)
         return name
 
+    def _statfs(self) -> FSStats:
+        """The model's totals without waiting for a walk of the whole tree, when it can."""
+        nowait = getattr(self.fs, "statfs_nowait", None)
+        return nowait() if nowait is not None else self.fs.statfs()  # type: ignore[no-any-return]
+
     def _name_max(self) -> int:
         if self._name_max_cache is None:
-            self._name_max_cache = self._model("FSSTAT", self.fs.statfs).name_max
+            self._name_max_cache = self._model("FSSTAT", self._statfs).name_max
         return self._name_max_cache
 
     # ---- procedures that read
@@ -569,7 +574,7 @@ class NFS3Service:
         p = Packer()
         try:
             attrs = self._resolve(fh)
-            stats = self._model("FSSTAT", self.fs.statfs)
+            stats = self._model("FSSTAT", self._statfs)
         except NfsStatusError as exc:
             p.u32(exc.status)
             pack_post_op_attr(p, None, self.fsid)
