@@ -167,6 +167,41 @@ SCHEMAS: dict[str, tuple[str, dict[str, Any], bool]] = {
         ),
         False,
     ),
+    "add": (
+        "`git xet add --json`",
+        _obj({"files": _INT, "new_bytes": _INT, "reused_bytes": _INT}),
+        False,
+    ),
+    "fetch": (
+        "`git xet fetch --json`",
+        _obj(
+            {
+                "files": _INT,
+                "bytes": _INT,
+                "already_local": _INT,
+                "fetched_files": _INT,
+                "xorbs_fetched": _INT,
+                "bytes_fetched": _INT,
+            }
+        ),
+        False,
+    ),
+    "push": (
+        "`git xet push --json` (printed before git push runs)",
+        _obj(
+            {
+                "remote": _STR,
+                "dry_run": _BOOL,
+                "files": _INT,
+                "xorbs_uploaded": _INT,
+                "shards_uploaded": _INT,
+                "bytes_uploaded": _INT,
+                "xorbs_already_there": _INT,
+                "missing": _list(_STR),
+            }
+        ),
+        False,
+    ),
     "prune": (
         "`git xet prune --json`",
         _obj(

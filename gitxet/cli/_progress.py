@@ -31,11 +31,64 @@ def interactive() -> bool:
     return sys.stderr.isatty()
 
 
+#: seconds between progress lines when stderr is not a terminal (CI logs, pipes)
+LOG_EVERY = 5.0
+
+
+class Bar:
+    """``bar(n)`` advances by ``n`` bytes; ``bar.expect(total)`` sets (or raises) the
+    total once a lower layer knows it. The count never passes the total."""
+
+    def __init__(self, total: int | None) -> None:
+        self.total = total
+        self.done = 0
+        self._lock = threading.Lock()
+        self._on_change: Callable[[], None] | None = None
+
+    def __call__(self, n: int) -> None:
+        with self._lock:
+            self.done += n
+            if self.total is not None and self.done > self.total:
+                self.total = self.done  # an estimate was low: grow it, never overshoot
+        if self._on_change is not None:
+            self._on_change()
+
+    def expect(self, total: int) -> None:
+        with self._lock:
+            self.total = max(total, self.done)
+        if self._on_change is not None:
+            self._on_change()
+
+    def line(self, description: str) -> str:
+        with self._lock:
+            done, total = self.done, self.total
+        if total:
+            pct = 100.0 * done / total
+            return f"git-xet: {description}: {human_size(done)} of {human_size(total)} ({pct:.0f}%)"
+        return f"git-xet: {description}: {human_size(done)}"
+
+
 @contextmanager
-def byte_progress(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
-    """Yield an ``advance(nbytes)`` callback; draws a bar only on a terminal."""
+def byte_progress(
+    description: str, total: int | None, *, every: float = LOG_EVERY
+) -> Iterator[Bar]:
+    """Yield a :class:`Bar`: drawn on a terminal; elsewhere one line every ``every``
+    seconds on stderr while the work lasts (nothing for work that ends sooner)."""
+    bar = Bar(total)
     if not interactive():
-        yield lambda n: None
+        stop = threading.Event()
+
+        def log() -> None:
+            while not stop.wait(every):
+                print(bar.line(description), file=sys.stderr, flush=True)
+
+        t = threading.Thread(target=log, name="gitxet-progress", daemon=True)
+        t.start()
+        try:
+            yield bar
+        finally:
+            stop.set()
+            t.join(1.0)
         return
     from rich.progress import (
         BarColumn,
@@ -46,7 +99,6 @@ def byte_progress(description: str, total: int | None) -> Iterator[Callable[[int
         TransferSpeedColumn,
     )
 
-    lock = threading.Lock()
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -58,8 +110,10 @@ def byte_progress(description: str, total: int | None) -> Iterator[Callable[[int
     ) as progress:
         task = progress.add_task(description, total=total)
 
-        def advance(n: int) -> None:
-            with lock:
-                progress.advance(task, n)
+        def update() -> None:
+            progress.update(task, completed=bar.done, total=bar.total)
 
-        yield advance
+        bar._on_change = update
+        yield bar
+        if bar.total is None or bar.done < bar.total:  # ends full: the work is done
+            progress.update(task, total=bar.done, completed=bar.done)

@@ -24,6 +24,7 @@ from gitxet.cli import (
     plumbing,
     prune,
     serve,
+    sync,
 )
 
 app = typer.Typer(
@@ -62,6 +63,7 @@ def _root(
 
 plumbing.register(app)
 gitcmds.register(app)
+sync.register(app)
 prune.register(app)
 inspection.register(app)
 mountcmds.register(app)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from typing import Annotated, Literal
 
 import typer
 
-from gitxet.cli import hot, tracking
+from gitxet.cli import _json, hot, tracking
 from gitxet.cli._progress import byte_progress
 from gitxet.cli.completion import pointer_paths
 
@@ -25,10 +26,7 @@ def register(app: typer.Typer) -> None:
     app.command("track")(tracking.track_cmd)
     app.command("untrack")(tracking.untrack_cmd)
     app.command("add")(add_cmd)
-    app.command("push")(push_cmd)
     app.command("fsck")(fsck_cmd)
-    app.command("pull")(pull_cmd)
-    app.command("fetch")(fetch_cmd)
     app.command("clone")(clone_cmd)
     app.command("checkout")(checkout_cmd)
     app.command("materialize", hidden=True, help="Same as 'git xet checkout'.")(checkout_cmd)
@@ -177,7 +175,13 @@ def _remotes(cwd: str) -> list[str]:
 # ---- porcelain ---------------------------------------------------------------------------------
 
 
-def _git(args: list[str], cwd: str | None = None, env: dict[str, str] | None = None) -> None:
+def _git(
+    args: list[str],
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    *,
+    stdout_to_stderr: bool = False,
+) -> None:
     """Run a git command the user asked for through us; git prints its own messages.
 
     git's failures (128 for "fatal") exit 1, as documented; a git killed by a signal
@@ -186,7 +190,8 @@ def _git(args: list[str], cwd: str | None = None, env: dict[str, str] | None = N
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
-    r = subprocess.run(["git", *args], cwd=cwd, env=full_env, check=False)
+    out = sys.stderr if stdout_to_stderr else None  # keeps stdout for our JSON
+    r = subprocess.run(["git", *args], cwd=cwd, env=full_env, check=False, stdout=out)
     if r.returncode < 0:
         raise typer.Exit(128 - r.returncode)
     if r.returncode != 0:
@@ -195,6 +200,7 @@ def _git(args: list[str], cwd: str | None = None, env: dict[str, str] | None = N
 
 def add_cmd(
     paths: Annotated[list[str], typer.Argument(help="Files or directories to add.")],
+    as_json: Annotated[bool, typer.Option("--json", help="A JSON summary on stdout.")] = False,
 ) -> None:
     """git add through the filter, then a one-line dedup summary."""
     from gitxet.git import process
@@ -231,7 +237,9 @@ def add_cmd(
                 files += 1
                 new += rec["new"]
                 reused += rec["reused"]
-        if files:
+        if as_json:
+            _json.emit("add", {"files": files, "new_bytes": new, "reused_bytes": reused})
+        elif files:
             pct = 100.0 * reused / (new + reused) if new + reused else 0.0
             typer.echo(
                 f"{files} file(s) stored as Xet pointers: {new:,} new bytes, "
@@ -271,50 +279,6 @@ def _advance_from(stats: str, seen: int, advance) -> int:  # type: ignore[no-unt
         except (ValueError, KeyError):
             return seen
     return len(lines)
-
-
-def push_cmd(
-    remote: Annotated[str | None, typer.Argument(help="Remote (default: origin).")] = None,
-    refspecs: Annotated[
-        list[str] | None, typer.Argument(help="What to push (default: current branch).")
-    ] = None,
-    all_refs: Annotated[
-        bool,
-        typer.Option("--all", help="Also the data of every local branch and tag."),
-    ] = False,
-) -> None:
-    """Upload every file's data the remote lacks in the history being pushed, then git push.
-
-    Unlike the pre-push hook, which sends only what the pushed commits add, this checks the
-    whole history of the refs against the remote's CAS: it repairs commits that reached the
-    remote without their data (pushed from a clone that had no hook). Data that is neither
-    in the local store nor on the remote is named, and nothing is pushed then.
-    """
-    from gitxet.cli._progress import human_size
-    from gitxet.git import process
-
-    repo = _open_repo()
-    name = remote or repo.default_remote()
-    if name is None:
-        raise typer.BadParameter("no remote to push to (add one: git remote add origin URL)")
-    repo.remotes.require(name)
-    revs = repo.ref_tips(all_refs=True) if all_refs else []
-    for s in refspecs or ([] if all_refs else ["HEAD"]):
-        src = s.split(":", 1)[0].lstrip("+") or "HEAD"
-        revs.append(process.rev_parse(repo.cwd, src))
-    with byte_progress("uploading", None) as advance:
-        summary, missing = repo.repair_push(name, revs, progress=advance)
-    _say(
-        f"git-xet: data of {summary.files} file(s) checked against {name}: "
-        f"{summary.xorbs_sent} xorb(s) and {summary.shards_sent} shard(s) uploaded "
-        f"({human_size(summary.bytes_sent)}), {summary.xorbs_skipped} xorb(s) already there"
-    )
-    for d in missing:
-        _say(f"git-xet: {d.path}: data neither in the local store nor on {name}")
-    if missing:
-        _say("git-xet: nothing pushed: add those files again, or fetch their data first")
-        raise typer.Exit(1)
-    _git(["push", name, *(refspecs or [])], cwd=repo.cwd, env={"GITXET_SKIP_PREPUSH": "1"})
 
 
 def fsck_cmd(
@@ -529,62 +493,3 @@ def dematerialize_cmd(
     repo = _open_repo()
     n = repo.dematerialize(_select(repo, paths))
     _say(f"git-xet: {n} file(s) are pointers again")
-
-
-def fetch_cmd(
-    remote: Annotated[
-        str | None, typer.Argument(help="Remote to ask first (then every other remote).")
-    ] = None,
-    include: Annotated[
-        list[str] | None,
-        typer.Option("-I", "--include", help="Only paths matching.", autocompletion=pointer_paths),
-    ] = None,
-    exclude: Annotated[
-        list[str] | None, typer.Option("-X", "--exclude", help="Skip paths matching.")
-    ] = None,
-) -> None:
-    """Download the data of HEAD's pointer files into the local store (no checkout).
-
-    Data this repository lacks is asked of REMOTE first, then of the remotes that have
-    HEAD, then of every other configured remote; if none has a file, the error names what
-    each one answered.
-    """
-    repo = _open_repo()
-    if remote is not None:
-        repo.remotes.require(remote)
-    files = _select(repo, None, include, exclude)
-    total = sum(f.pointer.size for f in files)
-    from gitxet.git import process
-
-    head = process.rev_parse(repo.cwd, "HEAD")
-    with byte_progress("fetching", None) as advance:
-        summary = repo.ensure_local(
-            [f.pointer for f in files], remote, progress=advance, commit=head, warm=True
-        )
-    got = summary.xorbs_sent if summary else 0
-    _say(f"git-xet: {len(files)} file(s), {total:,} bytes available locally ({got} xorbs fetched)")
-
-
-def pull_cmd(
-    remote: Annotated[
-        str | None, typer.Argument(help="Remote to pull from (and to ask for data first).")
-    ] = None,
-    branch: Annotated[str | None, typer.Argument()] = None,
-) -> None:
-    """git pull, with the data of the new commits fetched in parallel first."""
-    repo = _open_repo()
-    name = remote or repo.default_remote() or "origin"
-    repo.remotes.require(name)
-    _git(["fetch", name] + ([branch] if branch else []), cwd=repo.cwd)
-    upstream = f"{name}/{branch}" if branch else "@{upstream}"
-    from gitxet.errors import GitError
-    from gitxet.git import process
-
-    try:
-        rev = process.rev_parse(repo.cwd, upstream)
-        ptrs = [f.pointer for f in repo.pointer_files(rev)]
-        if not repo.lazy:
-            repo.ensure_local(ptrs, name, commit=rev)
-    except GitError:
-        pass
-    _git(["pull", name] + ([branch] if branch else []), cwd=repo.cwd)

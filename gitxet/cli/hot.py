@@ -162,13 +162,10 @@ def pre_push(remote: str, url: str = "") -> None:
     if not pointers:
         return
     total = sum(p.size for p in pointers)
-    if sys.stderr.isatty():
-        from gitxet.cli._progress import byte_progress
+    from gitxet.cli._progress import byte_progress  # rich only on a terminal
 
-        with byte_progress("uploading", None) as advance:
-            summary = repo.push_data(url or remote, pointers, progress=advance)
-    else:
-        summary = repo.push_data(url or remote, pointers)
+    with byte_progress("uploading", None) as bar:
+        summary = repo.push_data(url or remote, pointers, progress=bar)
     print(
         f"git-xet: {summary.files} files ({total:,} bytes): sent {summary.xorbs_sent} xorbs, "
         f"{summary.xorbs_skipped} already on the remote",

@@ -218,7 +218,7 @@ def push_files(
         for data in datas:
             remote.upload_shard(data)
 
-    moved = _move(todo, send, shards, upload, progress, workers, "push")
+    moved = _move(todo, send, shards, upload, progress, workers, "push", _file_sizes(local))
     return TransferSummary(len(wanted), len(todo), len(xorbs) - len(todo), len(shards), moved)
 
 
@@ -272,7 +272,9 @@ def fetch_files(
         local.put_xorb(x, body, durable=False)
         return len(body)
 
-    moved = _move(todo, get, shards, local.put_shards, progress, workers, "fetch")
+    cas = getattr(remote, "cas", None)
+    sizes = _file_sizes(cas) if isinstance(cas, LocalCAS) else None
+    moved = _move(todo, get, shards, local.put_shards, progress, workers, "fetch", sizes)
     return TransferSummary(len(wanted), len(todo), len(xorbs) - len(todo), len(shards), moved)
 
 
@@ -284,13 +286,21 @@ def _move(
     progress: Progress | None,
     workers: int,
     what: str,
+    size_of: Callable[[bytes], int] | None = None,
 ) -> int:
-    """Copy xorbs in parallel, then (only then) the shards that reference them."""
+    """Copy xorbs in parallel, then (only then) the shards that reference them.
+
+    With ``size_of`` (the bytes each xorb's copy will count), a ``progress`` that has an
+    ``expect(total)`` method learns the total first, and counts in the same unit."""
+    sizes = {x: size_of(x) for x in xorbs} if size_of is not None else {}
+    expect = getattr(progress, "expect", None)
+    if expect is not None and size_of is not None:
+        expect(sum(sizes.values()))
 
     def one(x: bytes) -> int:
         n = copy_xorb(x)
         if progress is not None:
-            progress(n)
+            progress(sizes.get(x, n))
         return n
 
     total = 0
@@ -309,6 +319,16 @@ def _move(
     ex.shutdown()
     put_shards(list(shards.values()))
     return total + sum(len(d) for d in shards.values())
+
+
+def _file_sizes(cas: LocalCAS) -> Callable[[bytes], int]:
+    def size(x: bytes) -> int:
+        try:
+            return os.path.getsize(cas.xorb_path(x))
+        except OSError:
+            return 0
+
+    return size
 
 
 def _name(data: bytes) -> bytes:

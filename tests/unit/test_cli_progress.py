@@ -30,3 +30,31 @@ def test_byte_progress_draws_nothing_off_a_terminal(capsys: pytest.CaptureFixtur
         advance(40)
     out = capsys.readouterr()
     assert out.out == "" and out.err == ""
+
+
+def test_byte_progress_logs_a_line_every_few_seconds_off_a_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import time
+
+    seen = ""
+    with byte_progress("fetching", 1000, every=0.05) as bar:
+        bar(250)
+        bar.expect(2000)  # a lower layer learned the real total
+        deadline = time.monotonic() + 10
+        while "git-xet: fetching: 250 B of 2.0 KiB (12%)" not in seen:
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.01)  # polling the captured output for the logger's line
+            seen += capsys.readouterr().err
+        bar(5000)  # more than the total: the total grows, never passes
+        assert bar.total == bar.done == 5250
+    assert capsys.readouterr().out == ""
+
+
+def test_byte_progress_line_has_the_total() -> None:
+    from gitxet.cli._progress import Bar
+
+    bar = Bar(4 << 20)
+    bar(1 << 20)
+    assert bar.line("uploading") == "git-xet: uploading: 1.0 MiB of 4.0 MiB (25%)"
+    assert Bar(None).line("x") == "git-xet: x: 0 B"
