@@ -216,7 +216,7 @@ class LocalBackend(Backend):
 
     def remove_stale_temps(self, older_than: float = STALE_TEMP_SECONDS) -> int:
         n = remove_stale_temps(self.tmp, older_than=older_than)
-        marker = os.path.join(self.tmp, "swept-v1")
+        marker = os.path.join(self.root, ".swept-v1")  # not in tmp/: that stays empty
         if os.path.exists(marker):
             return n
         # once: older versions wrote temp files beside the objects

@@ -165,7 +165,7 @@ class LocalCAS:
         """Remove what killed writers left: temp files in ``tmp/`` no writer has touched for
         an hour. Once per store, also those older versions left beside xorbs and shards."""
         remove_stale_temps(self.tmp)
-        marker = os.path.join(self.tmp, "swept-v1")
+        marker = os.path.join(self.root, ".swept-v1")  # not in tmp/: that stays empty
         if os.path.exists(marker):
             return
         dirs = [os.path.join(self.root, "shards")]

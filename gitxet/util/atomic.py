@@ -9,6 +9,7 @@ be rebuilt pass ``durable=False``.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import tempfile
@@ -31,10 +32,37 @@ __all__ = [
 TEMP_PREFIX = ".tmp-"
 TEMP_SUFFIX = ".incomplete"
 #: A temp file untouched for this long has no live writer: writers append as data arrives
-#: and rename within moments of the last write. Only such files are swept.
+#: and rename within moments of the last write. Such files are swept even where locks
+#: cannot be trusted (a network filesystem).
 STALE_TEMP_SECONDS = 3600.0
+#: A writer takes an exclusive ``flock`` on its temp file right after creating it and holds
+#: it until the rename; the kernel drops it when the writer dies (``kill -9`` included). An
+#: unlocked temp file older than this grace period (which covers the moment between create
+#: and lock) therefore belongs to a dead writer and is swept at once.
+UNLOCKED_GRACE_SECONDS = 5.0
 
 StrPath = str | os.PathLike[str]
+
+
+def _hold(fd: int) -> None:
+    """Mark a temp file as having a live writer (see :data:`UNLOCKED_GRACE_SECONDS`)."""
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _writer_alive(path: str) -> bool:
+    """Whether a writer still holds ``path``'s lock (unknown counts as alive)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing drops our probe lock
+    return False
 
 
 def fsync_dir(path: StrPath) -> None:
@@ -74,6 +102,7 @@ def atomic_writer(
             mode = os.stat(path).st_mode & 0o7777
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=tmp_dir or directory)
+    _hold(fd)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -117,6 +146,7 @@ def atomic_writer_at(
             tmp = f"{TEMP_PREFIX}{secrets.token_hex(8)}{TEMP_SUFFIX}"
             try:
                 fd = os.open(tmp, flags, 0o600, dir_fd=src_fd)
+                _hold(fd)
                 break
             except FileExistsError:
                 continue
@@ -161,14 +191,15 @@ def remove_stale_temps(
     any_suffix: bool = False,
     now: float | None = None,
 ) -> int:
-    """Delete this module's temp files in ``directory`` (not below it) that no writer has
-    touched for ``older_than`` seconds: what killed writers left. Returns how many.
+    """Delete this module's temp files in ``directory`` (not below it) whose writer is gone:
+    no writer holds the file's lock (after a short grace period), or nobody touched it for
+    ``older_than`` seconds. Returns how many.
 
     ``any_suffix`` also takes ``.tmp-*`` names without the ``.incomplete`` suffix (what
     older gitxet versions left in store directories, where nothing else starts so). A
     missing directory holds none; files that vanish or resist meanwhile are skipped.
     """
-    cutoff = (time.time() if now is None else now) - older_than
+    now = time.time() if now is None else now
     removed = 0
     try:
         entries = list(os.scandir(directory))
@@ -180,9 +211,15 @@ def remove_stale_temps(
         if not (any_suffix or e.name.endswith(TEMP_SUFFIX)):
             continue
         try:
-            if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_mtime < cutoff:
-                os.unlink(e.path)
-                removed += 1
+            if not e.is_file(follow_symlinks=False):
+                continue
+            age = now - e.stat(follow_symlinks=False).st_mtime
+            if age < older_than and (
+                age < min(UNLOCKED_GRACE_SECONDS, older_than) or _writer_alive(e.path)
+            ):
+                continue
+            os.unlink(e.path)
+            removed += 1
         except OSError:
             continue
     return removed
@@ -206,6 +243,7 @@ def atomic_create(
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=tmp_dir or directory)
+    _hold(fd)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

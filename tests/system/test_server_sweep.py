@@ -31,7 +31,7 @@ def test_local_storage_is_swept_at_start(tmp_path: Path) -> None:
     cas = root / "cas"
     old = [cas / ".tmp" / ".tmp-killed.incomplete", cas / "shards" / ".tmp-legacy"]
     (cas / "shards").mkdir(exist_ok=True)
-    os.unlink(cas / ".tmp" / "swept-v1")
+    os.unlink(cas / ".swept-v1")
     for p in old:
         p.write_bytes(b"half")
         os.utime(p, (1, 1))

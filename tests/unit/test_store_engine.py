@@ -331,7 +331,7 @@ def test_open_removes_what_killed_writers_left(tmp_path: str) -> None:
             f.write(b"half a xorb")
     for p in killed:
         os.utime(p, (1, 1))
-    os.unlink(os.path.join(root, "tmp", "swept-v1"))  # a store made by an older version
+    os.unlink(os.path.join(root, ".swept-v1"))  # a store made by an older version
     cas.close()
     LocalCAS(root, durable=False).close()
     assert [p for p in killed if os.path.exists(p)] == []

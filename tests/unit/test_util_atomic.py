@@ -88,3 +88,44 @@ def test_remove_stale_temps_takes_only_old_temp_files(tmp_path: Path) -> None:
     assert remove_stale_temps(tmp_path, any_suffix=True) == 1
     assert remove_stale_temps(tmp_path / "missing") == 0
     assert sorted(os.listdir(tmp_path)) == [".tmp-b.incomplete", ".tmp-dir", "data"]
+
+
+def test_a_killed_writers_temp_file_is_swept_at_once_a_live_ones_never(tmp_path: Path) -> None:
+    """The writer's lock, not the clock, tells a dead writer's temp file (kill -9) from a
+    live one's: both are seconds old here."""
+    import signal
+    import subprocess
+    import sys
+
+    from gitxet.util.atomic import remove_stale_temps
+
+    code = (
+        "import sys, time\n"
+        "from gitxet.util.atomic import atomic_writer\n"
+        "with atomic_writer(sys.argv[1]) as f:\n"
+        "    f.write(b'half'); f.flush(); print('writing', flush=True); time.sleep(60)\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path / f"out{i}")],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline() == "writing\n"
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(10)
+        temps = sorted(tmp_path.glob(".tmp-*.incomplete"))
+        assert len(temps) == 2
+        later = max(os.stat(t).st_mtime for t in temps) + 10  # past the grace period
+        assert remove_stale_temps(tmp_path, now=later) == 1
+        assert len(list(tmp_path.glob(".tmp-*.incomplete"))) == 1  # the live writer's
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)
+            if p.stdout:
+                p.stdout.close()
