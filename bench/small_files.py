@@ -16,6 +16,9 @@ directories (100 x 10), then times, each against a peer measured in the same run
 "Cold" means ``echo 3 > /proc/sys/vm/drop_caches`` first (root). Run it alone:
 ``flock /work/heavy.lock python bench/small_files.py``.
 
+``--default-too`` also runs gitxet with the default rules (files under 256 KiB stay git
+blobs), to compare with every ``.jpg`` a pointer.
+
 ``--listing N`` measures listing instead: an N-file commit of tiny plain blobs (built with
 ``git fast-import``, 1,000 files per directory), ``git xet mount`` readiness, ``find`` over
 the mount vs over a checkout, ``ls -l`` of one directory, and the daemon's peak RSS.
@@ -218,70 +221,20 @@ def run_workflow(args: argparse.Namespace, work: Path) -> dict[str, object]:
     drop_caches()
     res["cp"] = sh(["cp", "-r", str(data), str(runs / "copy")], runs, env)
     drop_caches()
-    s, n, e = read_all(data, rels)
+    s, n, _ = read_all(data, rels)
     res["local_read"] = s
     print(f"local: cp -r {res['cp']:.2f}s; cold 8-thread read {s:.2f}s ({n / MB / s:.0f} MB/s)")
 
-    # gitxet
-    x = runs / "xet"
-    remote, wt = x / "remote.git", x / "work"
-    x.mkdir()
-    sh(["git", "init", "-q", "--bare", str(remote)], x, env)
-    shutil.copytree(data, wt, ignore=shutil.ignore_patterns(".complete"))
-    sh(["git", "init", "-q", str(wt)], x, env)
-    sh(["git", "remote", "add", "origin", str(remote)], wt, env)
-    sh(["git-xet", "init"], wt, env)
-    sh(["git-xet", "track", "*.jpg"], wt, env)  # as git-lfs: every .jpg is a pointer
-    sh(["git", "commit", "-q", "-m", "rules"], wt, env)
-    drop_caches()
-    res["xet_add"] = sh(["git", "add", "-A"], wt, env)
-    res["xet_commit"] = sh(["git", "commit", "-q", "-m", "images"], wt, env)
-    drop_caches()
-    res["xet_push"] = sh(["git", "push", "-q", "origin", "main"], wt, env)
-    print(
-        f"gitxet: add {res['xet_add']:.2f}s commit {res['xet_commit']:.2f}s "
-        f"push {res['xet_push']:.2f}s",
-        flush=True,
-    )
-    drop_caches()
-    clone = x / "clone"
-    res["xet_clone"] = sh(["git-xet", "clone", str(remote), str(clone)], x, env)
-    res["xet_clone_identical"] = digest_tree(clone, rels) == digest_tree(data, rels)
-    status = subprocess.run(
-        ["git", "status", "--porcelain"], cwd=clone, env=env, capture_output=True, text=True
-    ).stdout
-    res["xet_clone_clean"] = status == ""
-    print(
-        f"gitxet: clone {res['xet_clone']:.2f}s identical {res['xet_clone_identical']} "
-        f"status clean {res['xet_clone_clean']}",
-        flush=True,
-    )
-    shutil.rmtree(clone)
-
-    # mount: readiness, find, cold 8-thread read
-    mnt = x / "mnt"
-    mnt.mkdir()
-    drop_caches()
-    res["mount_ready"] = sh(["git-xet", "mount", str(remote), "main", str(mnt)], x, env)
-    try:
-        res["mount_find"], found = timed_find(mnt)
-        drop_caches()
-        s, n, e = read_all(mnt, rels)
-        res["mount_read"], res["mount_errors"] = s, e
-        res["mount_rss_mb"] = rss_mb(mount_pid(mnt, env))
-        ok = n == total
-    finally:
-        sh(["git-xet", "unmount", str(mnt)], x, env, check=False)
-    print(
-        f"mount: ready {res['mount_ready']:.2f}s find {res['mount_find']:.2f}s ({found} entries)"
-        f"; cold 8-thread read {s:.2f}s ({n / MB / s:.0f} MB/s), {e} errors, all bytes {ok}",
-        flush=True,
-    )
+    xet_run(runs / "xet", data, rels, total, env, res, "xet", track=True)
 
     # fsspec: the same cold read through xet://
     drop_caches()
-    res["fsspec_read"], res["fsspec_errors"] = fsspec_read(remote, rels, total, env)
+    res["fsspec_read"], res["fsspec_errors"] = fsspec_read(
+        runs / "xet" / "remote.git", rels, total, env
+    )
     print(f"fsspec: cold 8-thread read {res['fsspec_read']:.2f}s, {res['fsspec_errors']} errors")
+    if args.default_too:  # the same with the default rules: files under 256 KiB stay blobs
+        xet_run(runs / "dflt", data, rels, total, env, res, "dflt", track=False)
 
     # git-lfs over its file remote
     if not args.skip_lfs:
@@ -289,6 +242,73 @@ def run_workflow(args: argparse.Namespace, work: Path) -> dict[str, object]:
     if not args.keep:
         shutil.rmtree(runs, ignore_errors=True)
     return res
+
+
+def xet_run(
+    x: Path,
+    data: Path,
+    rels: list[str],
+    total: int,
+    env: dict[str, str],
+    res: dict[str, object],
+    key: str,
+    *,
+    track: bool,
+) -> None:
+    """gitxet: add, commit, push, clone (checked), then a mount: ready, find, cold read."""
+    remote, wt = x / "remote.git", x / "work"
+    x.mkdir()
+    sh(["git", "init", "-q", "--bare", str(remote)], x, env)
+    shutil.copytree(data, wt, ignore=shutil.ignore_patterns(".complete"))
+    sh(["git", "init", "-q", str(wt)], x, env)
+    sh(["git", "remote", "add", "origin", str(remote)], wt, env)
+    sh(["git-xet", "init"], wt, env)
+    if track:
+        sh(["git-xet", "track", "*.jpg"], wt, env)  # as git-lfs: every .jpg is a pointer
+    sh(["git", "commit", "-q", "-m", "rules"], wt, env)
+    drop_caches()
+    res[f"{key}_add"] = sh(["git", "add", "-A"], wt, env)
+    res[f"{key}_commit"] = sh(["git", "commit", "-q", "-m", "images"], wt, env)
+    drop_caches()
+    res[f"{key}_push"] = sh(["git", "push", "-q", "origin", "main"], wt, env)
+    print(
+        f"gitxet ({key}): add {res[f'{key}_add']:.2f}s commit {res[f'{key}_commit']:.2f}s "
+        f"push {res[f'{key}_push']:.2f}s",
+        flush=True,
+    )
+    drop_caches()
+    clone = x / "clone"
+    res[f"{key}_clone"] = sh(["git-xet", "clone", str(remote), str(clone)], x, env)
+    res[f"{key}_clone_identical"] = digest_tree(clone, rels) == digest_tree(data, rels)
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=clone, env=env, capture_output=True, text=True
+    ).stdout
+    res[f"{key}_clone_clean"] = status == ""
+    print(
+        f"gitxet ({key}): clone {res[f'{key}_clone']:.2f}s identical "
+        f"{res[f'{key}_clone_identical']} status clean {res[f'{key}_clone_clean']}",
+        flush=True,
+    )
+    shutil.rmtree(clone)
+    mnt = x / "mnt"
+    mnt.mkdir()
+    drop_caches()
+    pre = "mount" if key == "xet" else f"{key}_mount"
+    res[f"{pre}_ready"] = sh(["git-xet", "mount", str(remote), "main", str(mnt)], x, env)
+    try:
+        res[f"{pre}_find"], found = timed_find(mnt)
+        drop_caches()
+        s, n, e = read_all(mnt, rels)
+        res[f"{pre}_read"], res[f"{pre}_errors"] = s, e
+        res[f"{pre}_rss_mb"] = rss_mb(mount_pid(mnt, env))
+    finally:
+        sh(["git-xet", "unmount", str(mnt)], x, env, check=False)
+    print(
+        f"mount ({key}): ready {res[f'{pre}_ready']:.2f}s find {res[f'{pre}_find']:.2f}s "
+        f"({found} entries); cold 8-thread read {s:.2f}s ({n / MB / s:.0f} MB/s), {e} errors, "
+        f"all bytes {n == total}",
+        flush=True,
+    )
 
 
 def fsspec_read(
@@ -430,6 +450,12 @@ def report_workflow(res: dict[str, object]) -> None:
                 f"{res['fsspec_errors']} errors",
             )
         )
+    if "dflt_add" in f:
+        d_ac = f["dflt_add"] + f["dflt_commit"]
+        rows.append(("default rules (<256 KiB stay blobs): add + commit", f"{d_ac:.2f}",
+                     "", "", "", ""))  # fmt: skip
+        for k, what in (("push", "push"), ("clone", "clone"), ("mount_read", "mount read")):
+            rows.append((f"default rules: {what} (s)", f"{f[f'dflt_{k}']:.2f}", "", "", "", ""))
     rows.append(("mount ready (s)", f"{f['mount_ready']:.2f}", "", "", "", ""))
     rows.append(("find over the mount (s)", f"{f['mount_find']:.2f}", "", "", "", ""))
     rows.append(("mount daemon peak RSS (MB)", f"{f['mount_rss_mb']:.0f}", "", "", "", ""))
@@ -527,6 +553,7 @@ def main() -> int:
     ap.add_argument("--dir", type=Path, help="work directory (kept; datasets are reused)")
     ap.add_argument("--keep", action="store_true", help="keep the repositories")
     ap.add_argument("--skip-lfs", action="store_true")
+    ap.add_argument("--default-too", action="store_true", help="also gitxet with the default rules")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     work = args.dir or Path(tempfile.mkdtemp(prefix="gitxet-bench-small-"))

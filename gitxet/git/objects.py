@@ -37,6 +37,7 @@ __all__ = [
     "SUPPORTED_MODES",
     "GitObjects",
     "TreeRecord",
+    "count_subtrees",
     "loose_size",
     "packed_size",
     "parse_tree",
@@ -111,6 +112,25 @@ def parse_tree(
         seen.add(name)
         out.append(TreeRecord(name, mode, sha))
     return out
+
+
+def count_subtrees(raw: bytes, sha_len: int) -> int:
+    """How many entries of a tree are directories (trees or gitlinks) that
+    :func:`parse_tree` would show: a scan, no parse (a directory's link count needs only
+    this, and a listing asks it of every subdirectory). Broken bytes count what came
+    before them."""
+    count = 0
+    pos, end = 0, len(raw)
+    while pos < end:
+        sp = raw.find(b" ", pos, pos + 8)
+        nul = raw.find(b"\0", sp + 1) if sp >= 0 else -1
+        if nul < 0 or nul + 1 + sha_len > end:
+            break
+        mode = raw[pos:sp]
+        if (mode == b"40000" or mode == b"160000") and unsafe_name(raw[sp + 1 : nul]) is None:
+            count += 1
+        pos = nul + 1 + sha_len
+    return count
 
 
 def _varint_le(data: bytes, pos: int, what: str) -> tuple[int, int]:
@@ -370,6 +390,18 @@ class GitObjects:
             batch = self._batch
         found = batch.describe([s.hex() for s in shas], read)
         return [None if got is None or got[0] != "blob" else (got[1], got[2]) for got in found]
+
+    def trees(self, shas: Sequence[bytes]) -> list[bytes | None]:
+        """The raw bytes of many trees through the same pipelined ``git cat-file`` as
+        :meth:`describe` (None for a missing object or one that is not a tree)."""
+        with self._batch_lock:
+            if self._closed:
+                raise GitError("the repository was closed")
+            if self._batch is None:
+                self._batch = Describer(self._path)
+            batch = self._batch
+        found = batch.describe([s.hex() for s in shas], lambda _size: True)
+        return [None if got is None or got[0] != "tree" else got[2] for got in found]
 
     def small_blob(self, sha: bytes, want: int) -> tuple[int, bytes | None]:
         """A blob's size and, when it has at most ``want`` bytes, its content: both from one

@@ -52,6 +52,7 @@ from gitxet.git.objects import (
     OBJ_TREE,
     GitObjects,
     TreeRecord,
+    count_subtrees,
     parse_tree,
 )
 from gitxet.git.paths import PATH_MAX
@@ -131,15 +132,15 @@ class _Prefetcher:
     """One background thread listing directories a walk will reach next, most recently
     offered first (a depth-first walk goes into the directory it just listed); bounded."""
 
-    def __init__(self, work: Callable[[_Node], None], limit: int = 512) -> None:
+    def __init__(self, work: Callable[[_Dir], None], limit: int = 512) -> None:
         self._work = work
         self._limit = limit
-        self._todo: deque[_Node] = deque()
+        self._todo: deque[_Dir] = deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def offer(self, nodes: list[_Node]) -> None:
+    def offer(self, nodes: list[_Dir]) -> None:
         if not nodes:
             return
         with self._cond:
@@ -240,36 +241,27 @@ class _BlobInfo:
 
 
 class _Node:
-    """One path of the commit, kept small: a million-file commit has a million of them.
+    """One file or symlink of the commit, kept small: a commit may have millions.
 
-    ``size`` is the reported size once known (-1 before). A directory's children live in
-    ``names`` and ``order`` (sorted by name, so a lookup is a bisection, no dict per
-    directory) once listed; ``entries`` holds its parsed tree until then.
+    ``size`` is the reported size once known (-1 before); for a directory, its link count.
     """
 
-    __slots__ = ("_path", "entries", "ino", "kind", "mode", "name", "names", "order", "parent",
-                 "sha", "size")  # fmt: skip
+    __slots__ = ("ino", "kind", "mode", "name", "parent", "sha", "size")
 
     def __init__(
-        self, ino: int, parent: _Node | None, name: bytes, mode: int, sha: bytes, kind: NodeKind
+        self, ino: int, parent: _Dir | None, name: bytes, mode: int, sha: bytes, kind: NodeKind
     ) -> None:
         self.ino = ino
-        self.parent = parent if parent is not None else self
+        self.parent: _Dir = parent if parent is not None else self  # type: ignore[assignment]
         self.name = name
         self.mode = mode
         self.sha = sha
         self.kind = kind
         self.size = -1
-        self._path: bytes | None = None  # kept for directories (their children need it)
-        self.entries: list[TreeRecord] | None = [] if mode == MODE_GITLINK else None
-        self.names: list[bytes] | None = None
-        self.order: list[_Node] = []
 
     @property
     def path(self) -> bytes:
         """From the repository root, so inode numbers ignore ``subdir``."""
-        if self._path is not None:
-            return self._path
         up = self.parent.path
         return up + b"/" + self.name if up else self.name
 
@@ -277,6 +269,27 @@ class _Node:
     def shown(self) -> str:
         """The path for messages."""
         return "/" + self.path.decode("utf-8", errors="replace")
+
+
+class _Dir(_Node):
+    """A directory: its children live in ``names`` and ``order`` (sorted by name, so a
+    lookup is a bisection, no dict) once listed; ``entries`` holds its parsed tree until
+    then."""
+
+    __slots__ = ("_path", "entries", "names", "order")
+
+    def __init__(
+        self, ino: int, parent: _Dir | None, name: bytes, mode: int, sha: bytes, path: bytes
+    ) -> None:
+        super().__init__(ino, parent, name, mode, sha, NodeKind.DIR)
+        self._path = path
+        self.entries: list[TreeRecord] | None = [] if mode == MODE_GITLINK else None
+        self.names: list[bytes] | None = None
+        self.order: list[_Node] = []
+
+    @property
+    def path(self) -> bytes:
+        return self._path
 
 
 def inode_number(commit_hex: str, path: bytes) -> int:
@@ -369,9 +382,8 @@ class CommitFS:
             self.close()
             raise
 
-    def _find_root(self, tree: bytes, parts: list[bytes]) -> _Node:
-        node = _Node(ROOT_INO, None, b"", MODE_DIR, tree, NodeKind.DIR)
-        node._path = b""
+    def _find_root(self, tree: bytes, parts: list[bytes]) -> _Dir:
+        node = _Dir(ROOT_INO, None, b"", MODE_DIR, tree, b"")
         for part in parts:
             entry = next((e for e in self._entries(node) if e.name == part), None)
             path = node.path + b"/" + part if node.path else part
@@ -380,8 +392,7 @@ class CommitFS:
                 raise FileNotFoundError(errno.ENOENT, f"no directory {where}")
             if _kind_of(entry.mode) is not NodeKind.DIR:
                 raise NotADirectoryError(errno.ENOTDIR, f"not a directory: {where}")
-            node = _Node(ROOT_INO, None, part, entry.mode, entry.sha, NodeKind.DIR)
-            node._path = path
+            node = _Dir(ROOT_INO, None, part, entry.mode, entry.sha, path)
         self._nodes[ROOT_INO] = node
         self._entries(node)  # a broken root tree fails here, not at the first listing
         return node
@@ -422,16 +433,27 @@ class CommitFS:
         node = self._dir(ino)
         self._busy_at = time.monotonic()
         self._flights.run(("list", node.ino), lambda: self._list(node))
-        self._prefetcher.offer([c for c in node.order if c.kind is NodeKind.DIR])
+        self._prefetcher.offer([c for c in node.order if isinstance(c, _Dir)])
         return [(c.name, self._attrs(c)) for c in node.order]
 
-    def _list(self, node: _Node) -> None:
-        """A directory's children and the sizes of its files (what a listing shows)."""
+    def _list(self, node: _Dir) -> None:
+        """A directory's children and the sizes of its files and link counts of its
+        subdirectories (what a listing shows)."""
         self._children(node)
         if any(c.size < 0 and c.kind is not NodeKind.DIR for c in node.order):
             self._fill_attrs(node)
+        subdirs = [c for c in node.order if isinstance(c, _Dir) and c.size < 0]
+        for i in range(0, len(subdirs), 256):  # batches of trees in memory at once
+            part = subdirs[i : i + 256]
+            try:
+                raws = self._git.trees([c.sha for c in part])
+            except GitError:
+                return  # _attrs parses them one by one (and reports what is broken)
+            for c, raw in zip(part, raws, strict=True):
+                if raw is not None:
+                    c.size = 2 + count_subtrees(raw, len(c.sha))
 
-    def _prefetch_one(self, node: _Node) -> None:
+    def _prefetch_one(self, node: _Dir) -> None:
         """Prefetch: list a directory a walk is about to reach (``find`` lists each
         subdirectory right after its parent), overlapping that work with the walk."""
         if node.names is None or any(c.size < 0 and c.kind is not NodeKind.DIR for c in node.order):
@@ -440,7 +462,7 @@ class CommitFS:
             except OSError:
                 pass  # logged; the listing itself reports it again
 
-    def _fill_attrs(self, node: _Node) -> None:
+    def _fill_attrs(self, node: _Dir) -> None:
         """Attributes of a directory's files and symlinks in one batch (a listing asks for
         all of them: READDIRPLUS, ``ls -l``, ``find``): their sizes, and the bytes of those
         that may be pointers, come from one pipelined ``git cat-file`` exchange instead of
@@ -620,7 +642,7 @@ class CommitFS:
 
         Symlinks are not followed. Raises ``FileNotFoundError`` or ``NotADirectoryError``.
         """
-        node = self._root
+        node: _Node = self._root
         for part in path.split(b"/"):
             if part and part != b".":
                 node = self._node(self.lookup(node.ino, part).ino)
@@ -665,16 +687,16 @@ class CommitFS:
                 kids = self._children(node)
             except OSError:  # a broken tree (logged): its paths cannot be found anyway
                 continue
-            stack.extend(c for c in kids if c.kind is NodeKind.DIR)
+            stack.extend(c for c in kids if isinstance(c, _Dir))
         self._expanded_all = True
 
-    def _dir(self, ino: int) -> _Node:
+    def _dir(self, ino: int) -> _Dir:
         node = self._node(ino)
-        if node.kind is not NodeKind.DIR:
+        if not isinstance(node, _Dir):
             raise NotADirectoryError(errno.ENOTDIR, f"{node.shown}: not a directory")
         return node
 
-    def _entries(self, node: _Node) -> list[TreeRecord]:
+    def _entries(self, node: _Dir) -> list[TreeRecord]:
         entries = node.entries
         if entries is None:
             entries = node.entries = self._tree(node.sha, node.shown)
@@ -704,7 +726,7 @@ class CommitFS:
         if first:
             log.warning("commit %s: %r is not shown: %s", self._commit_hex, shown, why)
 
-    def _children(self, node: _Node) -> list[_Node]:
+    def _children(self, node: _Dir) -> list[_Node]:
         """A directory's children, sorted by name (created on the first call)."""
         if node.names is not None:
             return node.order
@@ -724,9 +746,11 @@ class CommitFS:
                     ino = ino + 1 if ino < _INO_MASK else ROOT_INO + 1
                 kind = _kind_of(entry.mode)
                 assert kind is not None  # parse_tree admits known modes only
-                child = _Node(ino, node, entry.name, entry.mode, entry.sha, kind)
-                if kind is NodeKind.DIR:
-                    child._path = path
+                child = (
+                    _Dir(ino, node, entry.name, entry.mode, entry.sha, path)
+                    if kind is NodeKind.DIR
+                    else _Node(ino, node, entry.name, entry.mode, entry.sha, kind)
+                )
                 nodes[ino] = child
                 kids.append(child)
             kids.sort(key=_by_name)
@@ -736,7 +760,7 @@ class CommitFS:
             node.entries = None  # the children hold what is needed: free the parsed tree
         return kids
 
-    def _child(self, node: _Node, name: bytes) -> _Node | None:
+    def _child(self, node: _Dir, name: bytes) -> _Node | None:
         kids = self._children(node)
         names = node.names
         assert names is not None
@@ -746,7 +770,7 @@ class CommitFS:
     def _attrs(self, node: _Node) -> Attrs:
         kind = node.kind
         mtime = self.mtime_ns
-        if kind is NodeKind.DIR:
+        if isinstance(node, _Dir):
             if node.size < 0:
                 try:
                     entries = self._entries(node)
