@@ -142,6 +142,7 @@ class RemoteChunkSource:
         self.max_window = max(0, min(max_window, cache.max_bytes // 4))
         self.unit = unit
         self._workers = max(1, workers)
+        self._pid = os.getpid()
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._files: dict[bytes, shardfmt.FileInfo] = {}
@@ -356,6 +357,11 @@ class RemoteChunkSource:
         return self._executor().submit(self._fetch, xorb_hash, c0, c1, False)
 
     def _executor(self) -> ThreadPoolExecutor:
+        if self._pid != os.getpid():  # a forked child (a mount daemon): no pool threads here
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+            self._pool = None
+            self._inflight = {}
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="gitxet-fetch")

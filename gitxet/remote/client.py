@@ -33,6 +33,7 @@ from __future__ import annotations
 import email.utils
 import http.client
 import json
+import os
 import ssl
 import threading
 import time
@@ -152,6 +153,7 @@ class _DataConnections:
         self._ssl: ssl.SSLContext | None = None
         self._lock = threading.Lock()
         self._all: set[http.client.HTTPConnection] = set()  # every thread's, for close()
+        self._pid = os.getpid()
 
     def _context(self) -> ssl.SSLContext:
         if self._ssl is None:
@@ -160,6 +162,11 @@ class _DataConnections:
 
     def get(self, url: str) -> tuple[http.client.HTTPConnection, str]:
         """A connection for ``url`` and the request target to send on it."""
+        if self._pid != os.getpid():  # a forked child: never share the parent's sockets
+            self._pid = os.getpid()
+            self._local = threading.local()
+            self._lock = threading.Lock()
+            self._all = set()
         s = urlsplit(url)
         if s.scheme not in ("http", "https") or not s.hostname:
             raise RemoteError(f"data URL {strip_credentials(url)}: not an http(s) URL")
@@ -251,9 +258,11 @@ class CASClient:
         self.name = self.endpoint
         self._token = token
         self._own_http = http is None
+        self._pid = os.getpid()
+        self._limits = httpx.Limits(max_connections=max_parallel * 2)
         self.http = http or httpx.Client(
             timeout=httpx.Timeout(timeout, connect=15.0),
-            limits=httpx.Limits(max_connections=max_parallel * 2),
+            limits=self._limits,
             follow_redirects=False,
         )
         self.max_parallel = max(1, max_parallel)
@@ -313,6 +322,10 @@ class CASClient:
         hdrs = self._headers(auth)
         if headers:
             hdrs.update(headers)
+        if self._own_http and self._pid != os.getpid():
+            # a forked child (a mount daemon) must not share the parent's pooled sockets
+            self._pid = os.getpid()
+            self.http = httpx.Client(timeout=self.http.timeout, limits=self._limits)
         try:
             resp = self.http.request(method, url, headers=hdrs, content=content, json=json_body)
         except httpx.TransportError as e:

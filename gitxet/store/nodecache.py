@@ -140,17 +140,31 @@ class NodeCache:
         try:
             os.makedirs(self._data, mode=0o700, exist_ok=True)
             os.makedirs(self._tmp, mode=0o700, exist_ok=True)
-            self._db = sqlite3.connect(
+        except OSError as e:
+            raise StoreError(f"cannot open the cache at {self.root}: {e}") from None
+        self._start()
+        self.hits = 0
+        self.misses = 0
+        self.stored_bytes = 0
+        self._sweep_tmp()
+
+    def _start(self) -> None:
+        """This process's connection and state (again in a forked child: an sqlite
+        connection must not cross a fork, and locks may have been held by other threads)."""
+        self._pid = os.getpid()
+        try:
+            db = sqlite3.connect(
                 os.path.join(self.root, "index.sqlite"),
                 timeout=60,
                 isolation_level=None,
                 check_same_thread=False,
             )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-        except (OSError, sqlite3.Error) as e:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+        except sqlite3.Error as e:
             raise StoreError(f"cannot open the cache at {self.root}: {e}") from None
+        self._db_conn = db
         self._db_lock = threading.Lock()
         self._lock = threading.Lock()  # guards the dicts below; never held during I/O
         self._known: OrderedDict[bytes, list[_Range]] = OrderedDict()
@@ -158,10 +172,15 @@ class NodeCache:
         self._retired: list[tuple[float, int]] = []
         self._touched: dict[int, float] = {}
         self._last_flush = time.monotonic()
-        self.hits = 0
-        self.misses = 0
-        self.stored_bytes = 0
-        self._sweep_tmp()
+
+    def _after_fork(self) -> None:
+        if self._pid != os.getpid():
+            self._start()  # the parent's connection is left alone (never closed here)
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        self._after_fork()
+        return self._db_conn
 
     # ---- housekeeping ------------------------------------------------------------------
 
@@ -176,6 +195,7 @@ class NodeCache:
 
     def close(self) -> None:
         """Write remembered hits, close open range files and the index."""
+        self._after_fork()
         self.flush()
         with self._lock:
             fds = [o.fd for o in self._open.values()] + [fd for _, fd in self._retired]
@@ -195,6 +215,7 @@ class NodeCache:
     @property
     def total_bytes(self) -> int:
         """Bytes held (ranges written and being written), from the index."""
+        self._after_fork()
         with self._db_lock:
             row = self._db.execute("SELECT v FROM meta WHERE k = 'total'").fetchone()
         return int(row[0]) if row else 0
@@ -204,6 +225,7 @@ class NodeCache:
 
     def flush(self) -> None:
         """Write the last-use times of ranges read since the last flush."""
+        self._after_fork()
         with self._lock:
             touched, self._touched = self._touched, {}
             self._last_flush = time.monotonic()
@@ -273,6 +295,7 @@ class NodeCache:
 
     def covers(self, xorb: bytes, lo: int, hi: int) -> bool:
         """Whether decoded bytes ``[lo, hi)`` of ``xorb`` are cached (nothing is read)."""
+        self._after_fork()
         return self._find(xorb, lo, hi) is not None
 
     # ---- reading -----------------------------------------------------------------------
@@ -363,6 +386,7 @@ class NodeCache:
         ``layout`` gives the chunk hashes and decoded offsets the data is checked against
         (once per chunk and open file in this process).
         """
+        self._after_fork()
         if hi <= lo:
             return b""
         ranges = self._find(xorb, lo, hi)
@@ -435,6 +459,7 @@ class NodeCache:
         Returns False when the range was not stored (larger than the cap, already there or
         being written by someone else, or evicted before it was complete).
         """
+        self._after_fork()
         views = [memoryview(p).cast("B") for p in parts]
         n = sum(len(v) for v in views)
         if n == 0 or n > self.max_bytes:

@@ -178,3 +178,25 @@ def test_cap_holds_with_concurrent_writer_processes(tmp_path: Path) -> None:
     assert on_disk <= cap and indexed <= cap
     assert cache_total(root) == indexed
     assert not os.listdir(os.path.join(root, "tmp"))
+
+
+def _put_in_child(cache: NodeCache, seed: int) -> None:
+    lay = Lay(seed)
+    assert lay.put(cache, 0, 40)
+    assert cache.read(lay.xorb, lay, 0, 100) == lay.data[:100]
+
+
+def test_a_cache_opened_before_a_fork_works_in_the_child(tmp_path: Path) -> None:
+    """Mount daemons are forked after the cache was opened: the child's writes must land
+    (an sqlite connection used across a fork loses them when the parent closes its own)."""
+    cache = NodeCache(str(tmp_path / "c"), 1 << 20)
+    assert Lay(7).put(cache, 0, 10)
+    child = multiprocessing.get_context("fork").Process(target=_put_in_child, args=(cache, 8))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    cache.close()  # the parent closes its connection after the child wrote
+    fresh = NodeCache(str(tmp_path / "c"), 1 << 20)
+    lay = Lay(8)
+    assert fresh.read(lay.xorb, lay, 0, lay.data_offsets[-1]) == lay.data
+    fresh.close()
