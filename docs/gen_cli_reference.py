@@ -42,6 +42,101 @@ EXIT_CODES = [
 ]
 
 
+# git-lfs verb by verb (every porcelain verb of `git lfs --help`, git-lfs 3.3, and the
+# pointer plumbing): (verb, gitxet equivalent or "", notes). A row with an equivalent has a
+# test named test_lfs_<verb> in tests/integration/test_lfs_parity.py (a test checks).
+LFS_VERBS: list[tuple[str, str, str]] = [
+    (
+        "checkout",
+        "`git xet checkout [PATH...]`",
+        "writes pointer files from data here or on any remote",
+    ),
+    (
+        "dedup",
+        "`git xet dedup FILE...`",
+        "different: gitxet already stores each chunk once, across "
+        "files and versions; `dedup` shows how much given files share. The copy-on-write clones "
+        "of work-tree files that `git lfs dedup` makes have no counterpart",
+    ),
+    (
+        "env",
+        "`git xet env [--json]`",
+        "variables, config keys, remotes and where each token comes from (never a token)",
+    ),
+    (
+        "ext",
+        "",
+        "no pointer extensions: the Xet pointer format is fixed, and content transforms "
+        "belong in git's own filters",
+    ),
+    ("fetch", "`git xet fetch [REMOTE] [REFS...] [--all] [--recent] [-I/-X]`", ""),
+    ("fsck", "`git xet fsck [--all]`", "re-hashes the store and says where each file's data is"),
+    ("install", "`git xet install [--local|--system] [--skip-smudge]`", ""),
+    (
+        "lock",
+        "",
+        "no file locking: it needs a lock service on the server, and dataset files "
+        "are added, not merged; use your branch protection or a lock file in the repository",
+    ),
+    ("locks", "", "no file locking (see lock)"),
+    ("logs", "`git xet logs [last|show NAME|clear]`", "errors of the filter and hooks"),
+    ("ls-files", "`git xet ls-files [--all] [--deleted] [-s] [-n] [-l] [--json]`", ""),
+    (
+        "migrate",
+        "`git xet migrate [import|info] [--dry-run]`",
+        "import and info; `migrate export` (pointers back to plain blobs) is not implemented yet",
+    ),
+    (
+        "prune",
+        "`git xet prune [--dry-run] [--verify-remote]`",
+        "keeps the checkout, recent refs, unpushed commits and what mounts serve",
+    ),
+    (
+        "pull",
+        "`git xet pull [-I/-X] [--rebase] [--ff-only]`",
+        "runs git pull, then writes the files (with -I/-X only the matching ones)",
+    ),
+    (
+        "push",
+        "`git xet push [--all] [-u] [--force] [--tags] [--dry-run]`",
+        "the pre-push "
+        "hook uploads on every git push; this also repairs refs pushed without their data",
+    ),
+    ("status", "`git xet status [--porcelain|--json]`", ""),
+    (
+        "track",
+        "`git xet track [PATTERN...]`",
+        "alone: lists the rules (patterns and the size threshold)",
+    ),
+    ("uninstall", "`git xet uninstall [--local|--system]`", ""),
+    ("unlock", "", "no file locking (see lock)"),
+    ("untrack", "`git xet untrack PATTERN...`", ""),
+    (
+        "update",
+        "`git xet install` (in the repository)",
+        "repairs the hooks; the filter also installs a missing pre-push hook itself",
+    ),
+    ("version", "`git xet --version`", "also names the chunker (native C or Python)"),
+    ("pointer", "`git xet pointer [--file F] [--pointer P] [--check]`", "plumbing"),
+]
+
+
+def lfs_table() -> list[str]:
+    """The "git-lfs equivalents" section of docs/cli.md."""
+    rows = [f"| `git lfs {verb}` | {ours or 'none'} | {notes} |" for verb, ours, notes in LFS_VERBS]
+    return [
+        "",
+        "## git-lfs equivalents",
+        "",
+        "Every porcelain verb of `git lfs` (3.3), what to run instead, or why there is none.",
+        "Each row with an equivalent has a test (`tests/integration/test_lfs_parity.py`).",
+        "",
+        "| git-lfs | gitxet | notes |",
+        "|---|---|---|",
+        *rows,
+    ]
+
+
 def completions() -> dict[str, str]:
     """The shell scripts, from the one place that defines them (gitxet/cli/completion.py)."""
     from gitxet.cli.completion import FILES, script
@@ -283,6 +378,7 @@ def render() -> str:
         "```",
         *EXIT_CODES,
     ]
+    parts += lfs_table()
     parts += configuration()
     from gitxet.cli._json import documentation
 

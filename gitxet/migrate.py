@@ -48,6 +48,7 @@ from gitxet.errors import (
 )
 from gitxet.formats.pointer import MAX_POINTER_SIZE
 from gitxet.git import process
+from gitxet.git.attributes import PathSelector
 from gitxet.git.xetconfig import XETCONFIG, is_never_pointer
 from gitxet.repo import XetRepo
 
@@ -57,10 +58,12 @@ __all__ = [
     "MigrateOptions",
     "MigrateResult",
     "PathSelector",
+    "Survey",
     "check_clean",
     "lfs_evidence",
     "migrate",
     "parse_lfs_pointer",
+    "survey",
 ]
 
 Progress = Callable[[int], None]
@@ -194,99 +197,6 @@ def lfs_evidence(cwd: str) -> str | None:
             elif data.startswith(LFS_VERSION_LINES):
                 return f"{path} in HEAD is a git-lfs pointer"
     return None
-
-
-def _glob_regex(pattern: str) -> str:
-    """Regex for one gitattributes-style glob (``*``/``?`` stay within a path component)."""
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if pattern.startswith("**/", i) and (i == 0 or pattern[i - 1] == "/"):
-            out.append("(?:.*/)?")  # zero or more directories
-            i += 3
-        elif pattern.startswith("**", i) and i + 2 == n and (i == 0 or pattern[i - 1] == "/"):
-            out.append(".*")  # everything inside
-            i += 2
-        elif c == "*":
-            out.append("[^/]*")
-            i += 1
-        elif c == "?":
-            out.append("[^/]")
-            i += 1
-        elif c == "[":
-            end = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] in ("!", "^", "]") else i + 1)
-            if end < 0:
-                out.append(re.escape(c))
-                i += 1
-                continue
-            body = pattern[i + 1 : end]
-            if body[:1] in ("!", "^"):
-                body = "^" + body[1:]
-            out.append("(?!/)[" + body.replace("\\", "\\\\") + "]")
-            i = end + 1
-        elif c == "\\" and i + 1 < n:
-            out.append(re.escape(pattern[i + 1]))
-            i += 2
-        else:
-            out.append(re.escape(c))
-            i += 1
-    return "".join(out)
-
-
-def _quote_pattern(pattern: str) -> str:
-    if any(ch in pattern for ch in ' \t"\\') or pattern.startswith("#"):
-        return '"' + pattern.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return pattern
-
-
-class PathSelector:
-    """Which paths a migration converts: ``include`` (default: all) minus ``exclude``.
-
-    Patterns follow ``.gitattributes``: a pattern without ``/`` matches a file name at any
-    depth; one with ``/`` is relative to the top of the repository; ``**`` spans
-    directories. A trailing ``/`` means everything under that directory. The same patterns
-    are written into ``.gitattributes``, so what the filter tracks afterwards is what was
-    converted.
-    """
-
-    def __init__(self, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> None:
-        self.include = [self._normal(p) for p in include]
-        self.exclude = [self._normal(p) for p in exclude]
-        self._inc = [self._compile(p) for p in self.include]
-        self._exc = [self._compile(p) for p in self.exclude]
-
-    @staticmethod
-    def _normal(pattern: str) -> str:
-        p = pattern.strip()
-        if not p or "\n" in p or "\0" in p:
-            raise ConfigError(f"invalid path pattern {pattern!r}")
-        if p.startswith("!"):
-            raise ConfigError(f"negative patterns are not supported: {pattern!r} (use --exclude)")
-        if p.endswith("/"):
-            p += "**"
-        return p
-
-    @staticmethod
-    def _compile(pattern: str) -> re.Pattern[str]:
-        if "/" in pattern:
-            return re.compile(_glob_regex(pattern.lstrip("/")), re.DOTALL)
-        return re.compile("(?:.*/)?" + _glob_regex(pattern), re.DOTALL)
-
-    def selects(self, path: bytes) -> bool:
-        """Whether the file at ``path`` (relative to the top, git bytes) is converted."""
-        p = os.fsdecode(path)
-        if self._inc and not any(r.fullmatch(p) for r in self._inc):
-            return False
-        return not any(r.fullmatch(p) for r in self._exc)
-
-    def attributes_block(self) -> bytes:
-        """The lines appended to the top-level ``.gitattributes``."""
-        attrs = "filter=xet diff=xet merge=xet -text"
-        lines = ["# git xet migrate: files at least xet.threshold bytes are Xet pointers"]
-        lines += [f"{_quote_pattern(p)} {attrs}" for p in self.include or ["*"]]
-        lines += [f"{_quote_pattern(p)} !filter !diff !merge" for p in self.exclude]
-        return ("\n".join(lines) + "\n").encode()
 
 
 # ---- fast-export paths -------------------------------------------------------------------
@@ -718,6 +628,66 @@ def _git_pipe(args: Sequence[str], cwd: str, *, reader: bool) -> Iterator[subpro
                 err.seek(0)
                 lines = err.read(64 * 1024).decode("utf-8", "replace").strip().splitlines()
                 raise GitError(f"git {args[0]} failed ({rc}): {lines[-1] if lines else ''}")
+
+
+@dataclass
+class Survey:
+    """What migrating ``refs`` would convert (``git xet migrate info``, ``--dry-run``):
+    per file extension, distinct git-lfs pointers and plain blobs at least ``threshold``
+    bytes at selected paths. ``lfs_missing`` counts LFS objects the local store lacks (the
+    migration would stop at the first)."""
+
+    refs: list[str]
+    commits: int
+    threshold: int
+    extensions: dict[str, list[int]] = field(default_factory=dict)  # lfs n/bytes, plain n/bytes
+    lfs_missing: int = 0
+
+
+def survey(repo: XetRepo, options: MigrateOptions) -> Survey:
+    """Look at the history a migration with ``options`` would rewrite; change nothing."""
+    from gitxet.formats.pointer import MAX_SIZE_VALUE
+    from gitxet.git.catfile import batch_read
+    from gitxet.repo import try_pointer
+
+    threshold = options.threshold if options.threshold is not None else repo.threshold
+    selector = PathSelector(options.include, options.exclude)
+    refs = _resolve_refs(repo, options)
+    count = process.run_git(["rev-list", "--count", *refs], repo.cwd)
+    out = Survey(refs, int(count.strip() or 0), threshold)
+    lfs_dir = _lfs_objects_dir(repo)
+
+    def add(path: str, column: int, size: int) -> None:
+        ext = os.path.splitext(path.rsplit("/", 1)[-1])[1].lower() or "(none)"
+        row = out.extensions.setdefault(ext, [0, 0, 0, 0])
+        row[column] += 1
+        row[column + 1] += size
+
+    small: dict[str, str] = {}
+    seen: set[str] = set()
+    for blob in process.small_blobs(repo.cwd, refs, max_size=MAX_SIZE_VALUE):
+        path = os.fsdecode(blob.path)
+        if blob.oid in seen or is_never_pointer(path) or not selector.selects(blob.path):
+            continue
+        seen.add(blob.oid)
+        if blob.size < LFS_MAX_POINTER_SIZE:
+            small[blob.oid] = path
+        elif blob.size >= threshold:
+            add(path, 2, blob.size)
+    for oid, info, data in batch_read(repo.cwd, list(small), LFS_MAX_POINTER_SIZE):
+        lfs = parse_lfs_pointer(data) if data is not None else None
+        if lfs is not None:  # converted whatever its size; a pointer again only if big
+            if lfs.size >= threshold:
+                add(small[oid], 0, lfs.size)
+            out.lfs_missing += not (lfs_dir / lfs.oid[:2] / lfs.oid[2:4] / lfs.oid).is_file()
+        elif (
+            info is not None
+            and data is not None
+            and info.size >= threshold
+            and try_pointer(data) is None  # an Xet pointer is converted already
+        ):
+            add(small[oid], 2, info.size)
+    return out
 
 
 def migrate(

@@ -202,6 +202,29 @@ SCHEMAS: dict[str, tuple[str, dict[str, Any], bool]] = {
         ),
         False,
     ),
+    "migrate-info": (
+        "`git xet migrate info --json` and `git xet migrate --dry-run --json`",
+        _obj(
+            {
+                "refs": _list(_STR),
+                "commits": _INT,
+                "threshold": _INT,
+                "extensions": _list(
+                    _obj(
+                        {
+                            "extension": _STR,
+                            "lfs_files": _INT,
+                            "lfs_bytes": _INT,
+                            "plain_files": _INT,
+                            "plain_bytes": _INT,
+                        }
+                    )
+                ),
+                "lfs_missing": _INT,
+            }
+        ),
+        False,
+    ),
     "prune": (
         "`git xet prune --json`",
         _obj(

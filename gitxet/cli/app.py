@@ -18,6 +18,7 @@ from gitxet.cli import (
     gitcmds,
     hooks,
     inspection,
+    logs,
     migrate,
     mountcmds,
     plugins,
@@ -66,6 +67,7 @@ gitcmds.register(app)
 sync.register(app)
 prune.register(app)
 inspection.register(app)
+logs.register(app)
 mountcmds.register(app)
 serve.register(app)
 migrate.register(app)

@@ -73,12 +73,22 @@ def install_cmd(
     force: Annotated[
         bool, typer.Option("--force", help="Overwrite foreign filter settings.")
     ] = False,
+    skip_smudge: Annotated[
+        bool,
+        typer.Option(
+            "--skip-smudge",
+            help="Checkouts leave pointers (xet.lazy=true); 'git xet checkout' writes files.",
+        ),
+    ] = False,
 ) -> None:
     """Configure git's xet filter and credential helper (global by default) and, in a
     repository, its hooks.
 
     The credential helper lets plain git clone/fetch/push authenticate to gitxet servers
     with the token of 'git xet login' or GITXET_TOKEN; it answers nothing for other hosts.
+    --skip-smudge sets xet.lazy=true in the same scope (GITXET_LAZY=1 does it for one
+    command): git checkout, clone and pull then write pointers, not data; a plain install
+    undoes it.
     """
     from gitxet.git import config
 
@@ -92,6 +102,13 @@ def install_cmd(
         f"git-xet: filter installed in the {scope} git config ({len(report.written)} keys written)"
     )
     # git's own clone/fetch/push then find the token of `git xet login` / GITXET_TOKEN
+    from gitxet.git import process
+
+    if skip_smudge:
+        process.config_set(repo, "xet.lazy", "true", scope)
+        _say(f"git-xet: xet.lazy=true in the {scope} git config: checkouts leave pointers")
+    elif process.config_get(repo, "xet.lazy", scope) is not None:
+        process.config_unset(repo, "xet.lazy", scope)  # a plain install smudges again
     if config.install_credential_helper(scope, repo, f"!{program} credential"):
         _say(f"git-xet: credential helper added to the {scope} git config")
     if repo is not None:
@@ -118,8 +135,14 @@ def uninstall_cmd(
 
     scope: ScopeOpt = "local" if local else "system" if system else "global"
     repo = _repo_root_or_none()
+    from gitxet.git import process
+
     report = config.uninstall(scope, repo)
-    _say(f"git-xet: removed {len(report.removed)} keys from the {scope} git config")
+    lazy = process.config_get(repo, "xet.lazy", scope) is not None
+    if lazy:
+        process.config_unset(repo, "xet.lazy", scope)
+    removed = len(report.removed) + lazy
+    _say(f"git-xet: removed {removed} keys from the {scope} git config")
     if repo is not None:
         hooks.uninstall_hooks(repo)
 

@@ -81,8 +81,11 @@ def filter_process() -> None:
     ensure_hooks(repo)
 
     def on_error(command: str, path: str, exc: BaseException) -> None:
+        from gitxet.cli._errlog import record
+
         msg, _ = describe(exc)
         print(f"git-xet: {command} {path}: {msg}", file=sys.stderr, flush=True)
+        record(f"{command} {path}", msg, exc)  # git xet logs
 
     # one ingest session for the whole conversation: small files share xorbs, and the
     # store is written per batch (each staged file journaled first), not per file
@@ -257,8 +260,12 @@ def run(argv: list[str]) -> int:
     except BrokenPipeError:
         return 141
     except Exception as e:  # the CLI boundary: one line, never a traceback
+        from gitxet.cli._errlog import record
+
         msg, code = describe(e)
         print(f"git-xet: {msg}", file=sys.stderr)
+        if record(name, msg, e) is not None:
+            print("hint: details in 'git xet logs last'", file=sys.stderr)
         return code
     return 0
 

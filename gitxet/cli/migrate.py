@@ -17,10 +17,15 @@ def _say(msg: str) -> None:
     typer.echo(msg, err=True)
 
 
+MODES = ("import", "info")
+
+
 def migrate_cmd(
     refs: Annotated[
         list[str] | None,
-        typer.Argument(help="Branches or tags to rewrite (default: the current branch)."),
+        typer.Argument(
+            help="[import|info] then branches or tags (default: import, the current branch)."
+        ),
     ] = None,
     everything: Annotated[
         bool, typer.Option("--everything", help="Rewrite every local branch and tag.")
@@ -40,8 +45,18 @@ def migrate_cmd(
             help="Plain files at least this big become pointers (default: xet.threshold)."
         ),
     ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what import would convert; change nothing.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="info/--dry-run: a JSON summary on stdout.")
+    ] = False,
 ) -> None:
     """Rewrite history: git-lfs files and big plain files become Xet pointers.
+
+    'git xet migrate [import] REFS' rewrites; 'git xet migrate info REFS' (or import
+    --dry-run) only reports, per file extension, how many git-lfs files and plain files of
+    at least the threshold the history holds, and how many LFS objects are not here.
 
     Needs a clean work tree and the LFS objects locally (git lfs fetch --all).
 
@@ -54,6 +69,18 @@ def migrate_cmd(
     from gitxet.settings import parse_size
 
     size = parse_size(threshold) if threshold is not None else None
+    names = list(refs or ())
+    mode = names.pop(0) if names and names[0] in MODES else "import"
+    if mode == "info" or dry_run:
+        _info(
+            migrate.MigrateOptions(
+                tuple(names), everything, tuple(include or ()), tuple(exclude or ()), size
+            ),
+            as_json,
+            dry_run and mode == "import",
+        )
+        return
+    refs = names
     repo = _open_repo()
     migrate.check_clean(repo)  # before touching any configuration
     where = str(repo.worktree or repo.git_dir)
@@ -87,3 +114,55 @@ def migrate_cmd(
             "pointers"
         )
     _say("git-xet: push the rewritten refs with 'git push --force' (old commits: git reflog)")
+
+
+def _info(options, as_json: bool, dry_run: bool) -> None:  # type: ignore[no-untyped-def]
+    """``migrate info`` and ``migrate --dry-run``: what an import would convert."""
+    from gitxet import migrate
+    from gitxet.cli import _json
+    from gitxet.cli._progress import human_size
+    from gitxet.cli.gitcmds import _open_repo
+
+    found = migrate.survey(_open_repo(), options)
+    rows = sorted(found.extensions.items(), key=lambda kv: -(kv[1][1] + kv[1][3]))
+    if as_json:
+        _json.emit(
+            "migrate-info",
+            {
+                "refs": found.refs,
+                "commits": found.commits,
+                "threshold": found.threshold,
+                "extensions": [
+                    {
+                        "extension": ext,
+                        "lfs_files": r[0],
+                        "lfs_bytes": r[1],
+                        "plain_files": r[2],
+                        "plain_bytes": r[3],
+                    }
+                    for ext, r in rows
+                ],
+                "lfs_missing": found.lfs_missing,
+            },
+        )
+        return
+    lfs = sum(r[0] for _, r in rows)
+    plain = sum(r[2] for _, r in rows)
+    total = sum(r[1] + r[3] for _, r in rows)
+    verb = "would rewrite" if dry_run else "history of"
+    typer.echo(
+        f"{verb} {found.commits} commit(s) on {len(found.refs)} ref(s): {lfs + plain} file "
+        f"version(s) would become Xet pointers ({lfs} from git-lfs, {plain} plain files of at "
+        f"least {human_size(found.threshold)}), {human_size(total)}"
+    )
+    if rows:
+        typer.echo(f"{'extension':<16}{'git-lfs files':>24}{'plain files':>24}")
+    for ext, r in rows:
+        typer.echo(
+            f"{ext:<16}{f'{r[0]} ({human_size(r[1])})':>24}{f'{r[2]} ({human_size(r[3])})':>24}"
+        )
+    if found.lfs_missing:
+        _say(
+            f"git-xet: {found.lfs_missing} git-lfs object(s) are not in the local LFS store: "
+            "'git lfs fetch --all' first (or --exclude their paths)"
+        )

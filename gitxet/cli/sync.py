@@ -306,5 +306,10 @@ def push_cmd(
     flags = ["--set-upstream"] if set_upstream else []
     flags += (["--force"] if force else []) + (["--tags"] if tags else [])
     flags += (["--dry-run"] if dry_run else []) + (["-q"] if quiet else [])
+    targets = list(refspecs or ())
+    branch = process.current_branch(repo.cwd)
+    upstream = branch and process.config_get(repo.cwd, f"branch.{branch}.merge")
+    if not targets and not all_refs and branch and not upstream:
+        targets = ["HEAD"]  # no upstream yet: the branch, to the same name (git lfs push)
     env = {"GITXET_SKIP_PREPUSH": "1"}
-    _git(["push", *flags, name, *(refspecs or [])], repo.cwd, env, json_out=as_json)
+    _git(["push", *flags, name, *targets], repo.cwd, env, json_out=as_json)

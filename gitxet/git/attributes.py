@@ -1,4 +1,5 @@
-"""Editing ``.gitattributes``: which paths go through the ``xet`` filter.
+"""Editing ``.gitattributes``: which paths go through the ``xet`` filter; gitattributes-style
+path patterns (:class:`PathSelector`).
 
 A tracked pattern is one line ``<pattern> filter=xet diff=xet merge=xet -text`` (the same
 shape as git-lfs uses). ``-text`` keeps git's end-of-line conversion away from the content;
@@ -28,7 +29,8 @@ specific lines (``*.txt text``) where that matters.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -40,6 +42,7 @@ __all__ = [
     "ALWAYS",
     "ATTRIBUTES",
     "AUTO_TRACK_LINE",
+    "PathSelector",
     "Rule",
     "default_auto_track_line",
     "rules",
@@ -315,3 +318,99 @@ def untrack(
     if removed and not dry_run:
         _write(path, kept)
     return [text for pattern, text in wanted.items() if pattern in removed]
+
+
+# ---- path patterns (gitattributes globs) --------------------------------------------------
+
+
+def _glob_regex(pattern: str) -> str:
+    """Regex for one gitattributes-style glob (``*``/``?`` stay within a path component)."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if pattern.startswith("**/", i) and (i == 0 or pattern[i - 1] == "/"):
+            out.append("(?:.*/)?")  # zero or more directories
+            i += 3
+        elif pattern.startswith("**", i) and i + 2 == n and (i == 0 or pattern[i - 1] == "/"):
+            out.append(".*")  # everything inside
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[":
+            end = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] in ("!", "^", "]") else i + 1)
+            if end < 0:
+                out.append(re.escape(c))
+                i += 1
+                continue
+            body = pattern[i + 1 : end]
+            if body[:1] in ("!", "^"):
+                body = "^" + body[1:]
+            out.append("(?!/)[" + body.replace("\\", "\\\\") + "]")
+            i = end + 1
+        elif c == "\\" and i + 1 < n:
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return "".join(out)
+
+
+def _quote_pattern(pattern: str) -> str:
+    if any(ch in pattern for ch in ' \t"\\') or pattern.startswith("#"):
+        return '"' + pattern.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return pattern
+
+
+class PathSelector:
+    """Which paths a migration converts: ``include`` (default: all) minus ``exclude``.
+
+    Patterns follow ``.gitattributes``: a pattern without ``/`` matches a file name at any
+    depth; one with ``/`` is relative to the top of the repository; ``**`` spans
+    directories. A trailing ``/`` means everything under that directory. The same patterns
+    are written into ``.gitattributes``, so what the filter tracks afterwards is what was
+    converted.
+    """
+
+    def __init__(self, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> None:
+        self.include = [self._normal(p) for p in include]
+        self.exclude = [self._normal(p) for p in exclude]
+        self._inc = [self._compile(p) for p in self.include]
+        self._exc = [self._compile(p) for p in self.exclude]
+
+    @staticmethod
+    def _normal(pattern: str) -> str:
+        p = pattern.strip()
+        if not p or "\n" in p or "\0" in p:
+            raise ConfigError(f"invalid path pattern {pattern!r}")
+        if p.startswith("!"):
+            raise ConfigError(f"negative patterns are not supported: {pattern!r} (use --exclude)")
+        if p.endswith("/"):
+            p += "**"
+        return p
+
+    @staticmethod
+    def _compile(pattern: str) -> re.Pattern[str]:
+        if "/" in pattern:
+            return re.compile(_glob_regex(pattern.lstrip("/")), re.DOTALL)
+        return re.compile("(?:.*/)?" + _glob_regex(pattern), re.DOTALL)
+
+    def selects(self, path: bytes) -> bool:
+        """Whether the file at ``path`` (relative to the top, git bytes) is converted."""
+        p = os.fsdecode(path)
+        if self._inc and not any(r.fullmatch(p) for r in self._inc):
+            return False
+        return not any(r.fullmatch(p) for r in self._exc)
+
+    def attributes_block(self) -> bytes:
+        """The lines appended to the top-level ``.gitattributes``."""
+        attrs = "filter=xet diff=xet merge=xet -text"
+        lines = ["# git xet migrate: files at least xet.threshold bytes are Xet pointers"]
+        lines += [f"{_quote_pattern(p)} {attrs}" for p in self.include or ["*"]]
+        lines += [f"{_quote_pattern(p)} !filter !diff !merge" for p in self.exclude]
+        return ("\n".join(lines) + "\n").encode()

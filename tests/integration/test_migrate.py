@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -9,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
+from gitxet.cli._json import SCHEMAS
 from gitxet.formats.pointer import Pointer
 from gitxet.migrate import parse_lfs_pointer
 
@@ -114,6 +117,18 @@ def test_lfs_history_migrates_byte_identical(tmp_path: Path) -> None:
     # the originals really are LFS pointers in git
     assert parse_lfs_pointer(tree_files(work, "main")["a.bin"]) is not None
     git("checkout", "-q", "side", cwd=work)  # migrate a branch that is not checked out too
+
+    # the preview: what would be converted, changing nothing
+    refs_before = git("for-each-ref", cwd=work)
+    info = json.loads(run("git-xet", "migrate", "info", "--everything", "--json", cwd=work).stdout)
+    jsonschema.validate(info, SCHEMAS["migrate-info"][1])
+    assert (info["commits"], info["lfs_missing"], info["threshold"]) == (5, 0, 256 * 1024)
+    by_ext = {e["extension"]: e for e in info["extensions"]}
+    assert (by_ext[".bin"]["lfs_files"], by_ext[".bin"]["plain_files"]) == (4, 0)
+    assert (by_ext[".dat"]["plain_files"], by_ext[".dat"]["plain_bytes"]) == (1, 400_000)
+    r = run("git-xet", "migrate", "--dry-run", "--everything", cwd=work)
+    assert "would rewrite 5 commit(s) on 3 ref(s): 5 file version(s)" in r.stdout.decode()
+    assert git("for-each-ref", cwd=work) == refs_before
 
     r = run("git-xet", "migrate", "--everything", cwd=work)
     assert b"from git-lfs" in r.stderr
