@@ -183,6 +183,23 @@ def configuration() -> list[str]:
         "|---|---|---|",
         *rows,
         "| `GITXET_TRACEBACK` | `1`: show the traceback of an error (for bug reports) | unset |",
+        "| `GITXET_SKIP_PREPUSH` | `1`: the pre-push hook uploads nothing (`git xet push` sets "
+        "it for the git push it runs after uploading) | unset |",
+        "",
+        "git config keys gitxet reads (`git config KEY VALUE`; `git xet env` shows them):",
+        "",
+        "| key | sets | default |",
+        "|---|---|---|",
+        "| `xet.threshold` | files at least this big become pointers (a size); kept in the "
+        "committed `.xetconfig` (`git xet init --threshold`, `git xet track --threshold`), so "
+        "every clone cleans alike | `256k` |",
+        "| `xet.lazy` | checkouts leave pointers; `git xet checkout` writes files (a boolean; "
+        "`install --skip-smudge` sets it; `GITXET_LAZY` beats it) | `false` |",
+        "| `xet.remote` | the remote asked first for data and pushed to by default | `origin`, "
+        "else the only remote |",
+        "| `xet.recentRefsDays` | branches committed to in this many days are recent: `prune` "
+        "keeps their files, `fetch --recent` fetches them | `7` |",
+        "| `filter.xet.*` | git's filter configuration, written by `git xet install`/`init` | - |",
         "",
         "Sizes are a whole number with an optional binary unit: `1048576`, `256k`, `20g`,",
         "`10GiB`, `4 MB` (no fractions, no bare `B`). Booleans are git's: `true/yes/on/1`,",
