@@ -241,8 +241,15 @@ SCHEMAS: dict[str, tuple[str, dict[str, Any], bool]] = {
                     {"checkout": _INT, "recent": _INT, "unpushed": _INT, "mounted": _INT}
                 ),
                 "not_on_remote": _NULL_INT,
+                "cache_ranges_removed": _NULL_INT,
+                "cache_bytes_removed": _NULL_INT,
             }
         ),
+        False,
+    ),
+    "prune-cache": (
+        "`git xet prune --cache --json` outside a repository",
+        _obj({"dry_run": _BOOL, "ranges": _INT, "bytes": _INT}),
         False,
     ),
 }

@@ -71,6 +71,16 @@ def prune_cmd(
             "--grace", help="Never remove data written in the last SECONDS (git may be adding it)."
         ),
     ] = 3600.0,
+    cache: Annotated[
+        bool,
+        typer.Option(
+            "--cache",
+            help="Also trim the shared chunk cache of http(s) repositories (GITXET_CACHE_DIR).",
+        ),
+    ] = False,
+    cache_keep: Annotated[
+        str, typer.Option("--cache-keep", help="With --cache: the bytes to keep (LRU), e.g. 1g.")
+    ] = "0",
     as_json: Annotated[bool, typer.Option("--json", help="A JSON summary on stdout.")] = False,
 ) -> None:
     """Delete data from the local store (.git/xet) that this repository does not need.
@@ -82,11 +92,23 @@ def prune_cmd(
     --grace seconds. Everything else (older versions, data of deleted branches) is removed
     and fetched again from a remote when needed. With --verify-remote, data the remote does
     not have is kept too.
+
+    --cache also evicts the least recently used ranges of the shared chunk cache (mounts,
+    xet:// and checkouts of servers) down to --cache-keep bytes; this works outside a
+    repository too. A mount reading an evicted range fetches it again.
     """
     from gitxet.cli.gitcmds import _open_repo
     from gitxet.data.prune import apply_prune, plan_prune
+    from gitxet.errors import NotARepositoryError
 
-    repo = _open_repo()
+    trimmed = _trim_cache(cache_keep, dry_run) if cache else None
+    try:
+        repo = _open_repo()
+    except NotARepositoryError:
+        if trimmed is None:
+            raise
+        _report_cache(trimmed, dry_run, as_json)
+        return
     days = _recent_days(repo, recent_days)
     keep = repo.files_to_keep(days, _mounted_commits())
     all_kept = set().union(*keep.values())
@@ -126,6 +148,8 @@ def prune_cmd(
                     "mounted": len(keep["commits"]),
                 },
                 "not_on_remote": not_on_remote,
+                "cache_ranges_removed": trimmed[0] if trimmed else None,
+                "cache_bytes_removed": trimmed[1] if trimmed else None,
             },
         )
         return
@@ -144,3 +168,28 @@ def prune_cmd(
             "('git xet push --all' uploads them)",
             err=True,
         )
+    if trimmed is not None:
+        _report_cache(trimmed, dry_run, False)
+
+
+def _trim_cache(keep: str, dry_run: bool) -> tuple[int, int]:
+    """Evict the shared chunk cache down to ``keep`` bytes: (ranges, bytes) removed (with
+    ``dry_run``: (0, the bytes that would go))."""
+    from gitxet.cli._env import settings
+    from gitxet.data.remote_source import node_cache_bytes, open_node_cache
+    from gitxet.settings import parse_size
+
+    s = settings()
+    keep_bytes = parse_size(keep)
+    if dry_run:
+        return 0, max(0, node_cache_bytes(s.cache_dir) - keep_bytes)
+    return open_node_cache(s.cache_dir, s.cache_bytes).trim(keep_bytes)
+
+
+def _report_cache(trimmed: tuple[int, int], dry_run: bool, as_json: bool) -> None:
+    ranges, freed = trimmed
+    if as_json:
+        _json.emit("prune-cache", {"dry_run": dry_run, "ranges": ranges, "bytes": freed})
+        return
+    verb = "would free" if dry_run else f"removed {ranges} range(s),"
+    typer.echo(f"git-xet: chunk cache: {verb} {human_size(freed)}", err=True)

@@ -223,6 +223,40 @@ class NodeCache:
     def stats(self) -> CacheStats:
         return CacheStats(self.hits, self.misses, self.stored_bytes, self.total_bytes)
 
+    def trim(self, keep_bytes: int = 0) -> tuple[int, int]:
+        """Evict the least recently used written ranges until at most ``keep_bytes`` are
+        held (``git xet prune --cache``); ranges being written stay. Readers holding an
+        evicted range's file keep reading it; the others fetch it again. Returns (ranges,
+        bytes) removed."""
+        self._after_fork()
+        self.flush()
+        victims: list[tuple[bytes, int, int]] = []
+        freed = 0
+        with self._db_lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                total = int(db.execute("SELECT v FROM meta WHERE k = 'total'").fetchone()[0])
+                rows = db.execute(
+                    "SELECT id, xorb, cs, ce, nbytes FROM ranges WHERE ready = 1 ORDER BY used"
+                ).fetchall()
+                for rid, vx, vcs, vce, vn in rows:
+                    if total - freed <= keep_bytes:
+                        break
+                    db.execute("DELETE FROM ranges WHERE id = ?", (rid,))
+                    freed += int(vn)
+                    victims.append((bytes(vx), int(vcs), int(vce)))
+                db.execute("UPDATE meta SET v = ? WHERE k = 'total'", (max(0, total - freed),))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        for vx, vcs, vce in victims:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(vx, vcs, vce))
+        self._forget_victims(victims)
+        return len(victims), freed
+
     def flush(self) -> None:
         """Write the last-use times of ranges read since the last flush."""
         self._after_fork()

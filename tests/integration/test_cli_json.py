@@ -110,6 +110,10 @@ def test_inspection_outputs_follow_their_schemas(work: Path, tmp_path: Path) -> 
     assert check("env", run("git-xet", "env", "--json", cwd=tmp_path))[0]["repository"] is None
 
     check("prune", run("git-xet", "prune", "--dry-run", "--json", cwd=work))
+    doc = check("prune", run("git-xet", "prune", "--cache", "--json", cwd=work))[0]
+    assert doc["cache_ranges_removed"] == 0  # nothing was cached: a path remote
+    doc = check("prune-cache", run("git-xet", "prune", "--cache", "--json", cwd=tmp_path))[0]
+    assert doc == {"dry_run": False, "ranges": 0, "bytes": 0}
 
 
 @pytest.mark.fuse

@@ -200,3 +200,24 @@ def test_a_cache_opened_before_a_fork_works_in_the_child(tmp_path: Path) -> None
     lay = Lay(8)
     assert fresh.read(lay.xorb, lay, 0, lay.data_offsets[-1]) == lay.data
     fresh.close()
+
+
+def test_trim_evicts_least_recently_used_down_to_what_is_kept(tmp_path: Path) -> None:
+    lay = Lay(9)
+    offs = lay.data_offsets
+    root = str(tmp_path / "c")
+    cache = NodeCache(root, 1 << 20)
+    assert lay.put(cache, 0, 10) and lay.put(cache, 10, 20) and lay.put(cache, 20, 30)
+    assert cache.read(lay.xorb, lay, 0, 10) is not None  # the first range is used last
+    cache.flush()
+    other = NodeCache(root, 1 << 20)  # another process trims (git xet prune --cache)
+    size_first = offs[10]
+    removed, freed = other.trim(size_first)
+    assert (removed, freed) == (2, offs[30] - offs[10])
+    assert cache_total(root) == size_first
+    assert other.read(lay.xorb, lay, 0, 10) == lay.data[:10]
+    assert other.read(lay.xorb, lay, offs[10], offs[10] + 5) is None  # evicted: fetch again
+    assert other.trim(0) == (1, size_first) and cache_total(root) == 0
+    assert not [f for f in (tmp_path / "c" / "data").rglob("*.*-*") if f.is_file()]
+    cache.close()
+    other.close()
