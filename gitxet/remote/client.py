@@ -74,8 +74,9 @@ def _parse_retry_after(v: str | None) -> float | None:
     if not v:
         return None
     v = v.strip()
-    if v.isdigit():
-        return float(v)
+    seconds = p.parse_decimal(v, max_digits=6)  # ASCII only: isdigit() takes '²', float() not
+    if seconds is not None:
+        return float(seconds)
     try:
         when = email.utils.parsedate_to_datetime(v)
     except (TypeError, ValueError):

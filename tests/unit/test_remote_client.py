@@ -477,3 +477,13 @@ def test_xorb_location_is_checked_against_the_hash(upload: Upload) -> None:
         client(h).xorb_location(upload.xorb.hash)
     with pytest.raises(RemoteError, match="offset"):
         p.XorbLocation.from_json(_location(upload, byte_offsets=[0, 5]))
+
+
+def test_retry_after_takes_ascii_seconds_or_a_date_and_nothing_else() -> None:
+    from gitxet.remote.client import _parse_retry_after
+
+    assert _parse_retry_after("7") == 7.0
+    assert _parse_retry_after("²") is None  # str.isdigit() says yes; float() raises
+    assert _parse_retry_after("٣") is None
+    assert _parse_retry_after("9" * 40) is None
+    assert _parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
