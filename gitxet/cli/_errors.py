@@ -17,7 +17,11 @@ EXIT_AUTH = 5
 # The optional parts of gitxet: extra -> ("<feature> need(s)", modules it imports, system package a
 # module needs at import time). ``pip install 'gitxet[all]'`` installs every extra.
 EXTRAS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
-    "mount": ("FUSE mounts need", ("pyfuse3", "trio"), "libfuse3 (apt install fuse3)"),
+    "mount": (
+        "FUSE mounts need",
+        ("pyfuse3", "trio", "prometheus_client"),
+        "libfuse3 (apt install fuse3)",
+    ),
     "server": ("the server needs", ("starlette", "uvicorn", "boto3"), None),
     "csi": ("the CSI plugin needs", ("grpc", "google.protobuf"), None),
 }

@@ -60,8 +60,9 @@ SCHEMAS: dict[str, tuple[str, dict[str, Any], bool]] = {
         _obj(
             {
                 "mountpoint": _STR,
-                "state": {"enum": ["ok", "dead", "hung", "absent"]},
+                "state": {"enum": ["ok", "dead", "hung", "orphan", "absent"]},
                 "pid": _INT,
+                "supervisor_pid": _NULL_INT,
                 "kind": {"enum": ["fuse", "nfs"]},
                 "repo": _STR,
                 "commit": _STR,
@@ -70,9 +71,40 @@ SCHEMAS: dict[str, tuple[str, dict[str, Any], bool]] = {
                 "cache_dir": _NULL_STR,
                 "cache_bytes": _NULL_INT,
                 "log": _STR,
+                "metrics": _NULL_STR,
                 "fix": _STR,
+                "stats": {
+                    "oneOf": [
+                        {"type": "null"},
+                        _obj(
+                            {
+                                k: {"type": "number", "minimum": 0}
+                                for k in (
+                                    "read_bytes",
+                                    "reads",
+                                    "read_errors",
+                                    "cache_hits",
+                                    "cache_misses",
+                                    "fetched_bytes",
+                                )
+                            }
+                        ),
+                    ]
+                },
             },
-            optional=("pid", "kind", "repo", "subdir", "data", "cache_dir", "cache_bytes", "log"),
+            optional=(
+                "pid",
+                "supervisor_pid",
+                "kind",
+                "repo",
+                "subdir",
+                "data",
+                "cache_dir",
+                "cache_bytes",
+                "log",
+                "metrics",
+                "stats",
+            ),
         ),
         True,
     ),

@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 import threading
-from pathlib import Path
+from dataclasses import asdict
 from typing import Annotated
 
 import typer
@@ -81,10 +81,19 @@ def _open_fs(  # type: ignore[no-untyped-def]
 
 def mount_cmd(
     repo: Annotated[
-        str, typer.Argument(help="Repository: working/bare repo, file:// or http(s) URL.")
-    ],
-    commit: Annotated[str, typer.Argument(help="Branch, tag or commit sha.")],
-    mountpoint: Annotated[Path, typer.Argument(help="Empty directory to mount on.")],
+        str | None,
+        typer.Argument(
+            help="Repository: working/bare repo, file:// or http(s) URL.", show_default=False
+        ),
+    ] = None,
+    commit: Annotated[
+        str | None, typer.Argument(help="Branch, tag or commit sha.", show_default=False)
+    ] = None,
+    # str, not Path: click stats a Path argument, which blocks on a mount that does not
+    # answer (and deadlocks a serving process taking over its own mountpoint)
+    mountpoint: Annotated[
+        str | None, typer.Argument(help="Empty directory to mount on.", show_default=False)
+    ] = None,
     subdir: Annotated[str | None, typer.Option("--subdir", help="Mount only this subtree.")] = None,
     foreground: Annotated[
         bool, typer.Option("--foreground", "-f", help="Serve in this process.")
@@ -107,24 +116,76 @@ def mount_cmd(
         bool,
         typer.Option("--nonempty", help="Mount over a directory that has files (hiding them)."),
     ] = False,
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics",
+            metavar="ADDR",
+            help="Serve Prometheus metrics on HOST:PORT (/metrics); 127.0.0.1 if no host.",
+        ),
+    ] = None,
+    upgrade: Annotated[
+        str | None,
+        typer.Option(
+            "--upgrade",
+            metavar="MOUNTPOINT",
+            help="Replace the process serving this mount (e.g. after an upgrade); no unmount.",
+        ),
+    ] = None,
+    supervise: Annotated[
+        bool,
+        typer.Option(
+            "--supervise/--no-supervise",
+            help="Keep the FUSE connection in a supervisor that replaces a serving process "
+            "that dies, with no error for readers (background FUSE mounts).",
+        ),
+    ] = True,
+    metrics_file: Annotated[str | None, typer.Option("--metrics-file", hidden=True)] = None,
+    fuse_takeover: Annotated[str | None, typer.Option("--fuse-takeover", hidden=True)] = None,
 ) -> None:
     """Mount a commit read-only, reading file data lazily (FUSE by default).
 
     REPO may be a local working or bare repository, a file:// URL or an http(s) URL of a
     gitxet server (git metadata is mirrored into the cache; data is fetched on demand into
-    the shared chunk cache).
+    the shared chunk cache). A background FUSE mount is held by a small supervisor: when
+    the process serving it dies, a new one takes the same connection over and the kernel
+    re-sends what was in flight, so readers see a pause, not an error.
     """
+    from gitxet.cli import _mountd
+
+    if upgrade is not None:
+        if repo is not None:
+            raise typer.BadParameter("--upgrade takes only the mountpoint")
+        _mountd.upgrade(_registry(), upgrade, timeout)
+        return
+    if repo is None or commit is None or mountpoint is None:
+        raise typer.BadParameter("REPO, COMMIT and MOUNTPOINT are required")
     from gitxet.mount.runner import normalize_mountpoint
 
     mnt = normalize_mountpoint(os.path.abspath(mountpoint))
+    cache = (cache_dir, cache_size, offline, prefetch)
+    if fuse_takeover is not None:
+        # a serving process started by the supervisor: the mount exists already (and a stat
+        # of it would wait for this very process)
+        require_mount()
+        _mountd.serve_fuse(
+            repo,
+            commit,
+            mnt,
+            subdir,
+            cache,
+            allow_other,
+            read_around,
+            metrics,
+            metrics_file,
+            fuse_takeover,
+        )
+        return
     dead = _dead_mount(mnt)
     if dead is None:
         _check_mountpoint(mnt, nonempty)
-    from gitxet.cli._errors import require
-
     if not nfs:
-        require("mount")
-    cache = (cache_dir, cache_size, offline, prefetch)
+        require_mount()
     if dead is not None:
         # a dead mount of the same repo and commit is repaired: detached, then mounted anew
         from gitxet.cli._env import http_access
@@ -142,31 +203,33 @@ def mount_cmd(
         sha = ds.resolve(commit)
         ds.check_subdir(sha, subdir or "")  # a bad --subdir fails here, not in the daemon
         typer.echo(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}", err=True)
-        if url_token(repo):
-            # The token the user put in the URL stays out of the daemon's argv (a forked
-            # daemon would show ours for the mount's life): a fresh daemon gets the clean
-            # URL and the token through its environment.
-            token = access.token_for(repo)
-            _exec_daemon(repo, sha, mnt, subdir, allow_other, timeout, cache, read_around, token)
-            return
-        _start_daemon(repo, sha, mnt, subdir, allow_other, timeout, cache, read_around)
+        # The token the user put in the URL stays out of the daemon's argv: the daemon gets
+        # the clean URL and the token through its environment.
+        token = access.token_for(repo) if url_token(repo) else None
+        daemon = _mountd.Daemon(
+            _location(repo), sha, mnt, subdir, allow_other, cache, read_around, metrics
+        )
+        proc = daemon.start(timeout, _log_path(mnt), token, supervise=supervise)
+        _record_daemon(proc, repo, sha, cache_dir, subdir, metrics)
         return
-    ds, sha, fs = _open_fs(repo, commit, subdir, *cache)
-    typer.echo(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}", err=True)
     if nfs:
+        ds, sha, fs = _open_fs(repo, commit, subdir, *cache)
+        typer.echo(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}", err=True)
         try:
             _mount_nfs(fs, sha, mnt)
         finally:
             fs.close()
         return
-    from gitxet.mount.fuse import serve
+    _mountd.serve_fuse(
+        repo, commit, mnt, subdir, cache, allow_other, read_around, metrics, metrics_file, None
+    )
 
-    try:
-        serve(
-            fs, mnt, fsname=f"gitxet:{sha[:12]}", allow_other=allow_other, read_around=read_around
-        )
-    finally:
-        fs.close()
+
+def require_mount() -> None:
+    """Fail with one line naming the extra when FUSE mounts cannot run here."""
+    from gitxet.cli._errors import require
+
+    require("mount")
 
 
 def _check_mountpoint(mnt: str, nonempty: bool) -> None:
@@ -228,46 +291,6 @@ def _repair_dead(mnt: str, dead: tuple[str, str], repo: str, sha: str, nonempty:
     typer.echo(f"git-xet: detached the dead mount at {mnt}; mounting again", err=True)
 
 
-def _start_daemon(
-    repo: str,
-    sha: str,
-    mnt: str,
-    subdir: str | None,
-    allow_other: bool,
-    timeout: float,
-    cache: tuple[str | None, str | None, bool, str | None],
-    read_around: bool = True,
-) -> None:
-    import gitxet.mount.fuse
-    import gitxet.vfs.model  # noqa: F401
-    from gitxet.mount.runner import start_background
-
-    def daemon() -> int:
-        from gitxet.cli._errors import describe
-
-        try:
-            _, _, fs = _open_fs(repo, sha, subdir, *cache)
-            from gitxet.mount.fuse import serve
-
-            try:
-                serve(
-                    fs,
-                    mnt,
-                    fsname=f"gitxet:{sha[:12]}",
-                    allow_other=allow_other,
-                    read_around=read_around,
-                )
-            finally:
-                fs.close()
-        except Exception as e:
-            print(f"git-xet: {describe(e)[0]}", file=sys.stderr, flush=True)
-            return 1
-        return 0
-
-    proc = start_background(daemon, mnt, timeout=timeout, log_path=_log_path(mnt))
-    _record_daemon(proc, repo, sha, cache[0], subdir)
-
-
 def _log_path(mnt: str) -> str:
     from gitxet.mount.runner import log_path_for
 
@@ -276,7 +299,9 @@ def _log_path(mnt: str) -> str:
     return log_path_for(logs, mnt)
 
 
-def _record_daemon(proc, repo: str, sha: str, cache_dir: str | None, subdir: str | None) -> None:  # type: ignore[no-untyped-def]
+def _record_daemon(  # type: ignore[no-untyped-def]
+    proc, repo: str, sha: str, cache_dir: str | None, subdir: str | None, metrics: str | None
+) -> None:
     from gitxet.mount.runner import MountRecord
     from gitxet.settings import cache_root
 
@@ -288,6 +313,7 @@ def _record_daemon(proc, repo: str, sha: str, cache_dir: str | None, subdir: str
             commit=sha,
             cache_dir=cache_root(cache_dir),
             subdir=(subdir or "").strip("/"),
+            metrics=metrics or "",
         )
     )
     typer.echo(
@@ -295,43 +321,6 @@ def _record_daemon(proc, repo: str, sha: str, cache_dir: str | None, subdir: str
         f"'git xet unmount {proc.mountpoint}' to stop",
         err=True,
     )
-
-
-def _exec_daemon(
-    repo: str,
-    sha: str,
-    mnt: str,
-    subdir: str | None,
-    allow_other: bool,
-    timeout: float,
-    cache: tuple[str | None, str | None, bool, str | None],
-    read_around: bool,
-    token: str | None,
-) -> None:
-    """Start ``git-xet mount --foreground`` as a new program: argv holds the URL without
-    credentials, the token travels in the daemon's environment (readable by its owner only)."""
-    from gitxet.mount.runner import start_background
-    from gitxet.settings import TOKEN_ENV, cache_root, child_env
-
-    cache_dir, cache_size, offline, prefetch = cache
-    argv = [sys.executable, "-m", "gitxet", "mount", "--foreground"]
-    argv += ["--cache-dir", cache_root(cache_dir)]
-    if subdir:
-        argv += ["--subdir", subdir]
-    if allow_other:
-        argv.append("--allow-other")
-    if cache_size:
-        argv += ["--cache-size", cache_size]
-    if offline:
-        argv.append("--offline")
-    if prefetch:
-        argv += ["--prefetch", prefetch]
-    if not read_around:
-        argv.append("--no-read-around")
-    argv += ["--", strip_credentials(repo), sha, mnt]
-    env = child_env({TOKEN_ENV: token} if token else None, drop=(TOKEN_ENV,))
-    proc = start_background(argv, mnt, timeout=timeout, log_path=_log_path(mnt), cwd="/", env=env)
-    _record_daemon(proc, repo, sha, cache_dir, subdir)
 
 
 def _mount_nfs(fs, sha: str, mnt: str) -> None:  # type: ignore[no-untyped-def]
@@ -401,7 +390,7 @@ def nfs_serve_cmd(
 
 
 def unmount_cmd(
-    mountpoint: Annotated[Path, typer.Argument(help="A gitxet mountpoint.")],
+    mountpoint: Annotated[str, typer.Argument(help="A gitxet mountpoint.")],
     lazy: Annotated[bool, typer.Option("--lazy", "-z", help="Detach even if busy.")] = False,
 ) -> None:
     """Unmount a gitxet mount and stop the process serving it."""
@@ -430,7 +419,12 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
     """
     from gitxet.cli._progress import human_size
     from gitxet.data.remote_source import node_cache_bytes
-    from gitxet.mount.runner import HEALTH_DEAD, mount_health, unrecorded_gitxet_mounts
+    from gitxet.mount.runner import (
+        HEALTH_DEAD,
+        mount_health,
+        serving_pid,
+        unrecorded_gitxet_mounts,
+    )
 
     usage: dict[str, int] = {}
     statuses = _registry().statuses()
@@ -441,13 +435,18 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
             usage[rec.cache_dir] = node_cache_bytes(rec.cache_dir)
         cached = usage.get(rec.cache_dir, 0) if remote else None
         fix = _fix_for(st.state, rec.mountpoint, rec.repo, rec.commit, rec.subdir)
+        # a supervised mount: the record names the supervisor, which serves through a child
+        child = serving_pid(rec.pid) if rec.kind == "fuse" else None
+        pid, supervisor = (child, rec.pid) if child is not None else (rec.pid, None)
+        summary = _summary(rec.log_path)
         if as_json:
             _json.emit(
                 "mounts",
                 {
                     "mountpoint": rec.mountpoint,
                     "state": st.state,
-                    "pid": rec.pid,
+                    "pid": pid,
+                    "supervisor_pid": supervisor,
                     "kind": rec.kind,
                     "repo": rec.repo,
                     "commit": rec.commit,
@@ -456,7 +455,9 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
                     "cache_dir": rec.cache_dir if remote else None,
                     "cache_bytes": cached,
                     "log": rec.log_path,
+                    "metrics": rec.metrics or None,
                     "fix": fix,
+                    "stats": asdict(summary) if summary is not None else None,
                 },
             )
         else:
@@ -466,10 +467,12 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
                 else "data from the repository's store"
             )
             where = f"{rec.commit[:12]}" + (f":/{rec.subdir}" if rec.subdir else "")
+            who = f"pid {pid}" + (f" (supervisor {supervisor})" if supervisor else "")
             typer.echo(
-                f"{rec.mountpoint}\t{st.state}\t{rec.kind}\t{where}\t{rec.repo}"
-                f"\tpid {rec.pid}\t{data}"
+                f"{rec.mountpoint}\t{st.state}\t{rec.kind}\t{where}\t{rec.repo}\t{who}\t{data}"
             )
+            if summary is not None:
+                typer.echo(f"  {_summary_line(summary, rec.metrics)}")
             if fix:
                 typer.echo(f"  {fix}")
     # gitxet mounts nobody recorded (another state dir, a crashed plugin): shown when dead,
@@ -490,9 +493,37 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
             typer.echo(f"  {fix}")
 
 
+def _summary(log_path: str):  # type: ignore[no-untyped-def]
+    """The counters a mount daemon last wrote beside its log, or ``None``."""
+    if not log_path:
+        return None
+    try:
+        from gitxet.mount.metrics import metrics_file_for, read_summary
+
+        with open(metrics_file_for(log_path), encoding="utf-8") as f:
+            return read_summary(f.read(1 << 20))
+    except (ImportError, OSError, ValueError):
+        return None
+
+
+def _summary_line(s, endpoint: str) -> str:  # type: ignore[no-untyped-def]
+    from gitxet.cli._progress import human_size
+
+    line = f"read {human_size(int(s.read_bytes))} in {int(s.reads):,} reads"
+    if s.read_errors:
+        line += f" ({int(s.read_errors):,} failed)"
+    lookups = s.cache_hits + s.cache_misses
+    if lookups:
+        line += f"; cache {100 * s.cache_hits / lookups:.0f}% hits"
+        line += f", fetched {human_size(int(s.fetched_bytes))}"
+    if endpoint:
+        line += f"; metrics at http://{endpoint}/metrics"
+    return line
+
+
 def _fix_for(state: str, mnt: str, repo: str, commit: str, subdir: str) -> str:
     """What to run about a mount in ``state`` ("" when nothing is wrong)."""
-    from gitxet.mount.runner import HEALTH_DEAD, HEALTH_HUNG
+    from gitxet.mount.runner import HEALTH_DEAD, HEALTH_HUNG, HEALTH_ORPHAN
 
     if state == HEALTH_DEAD:
         again = ""
@@ -500,6 +531,11 @@ def _fix_for(state: str, mnt: str, repo: str, commit: str, subdir: str) -> str:
             sub = f" --subdir {subdir}" if subdir else ""
             again = f"'git xet mount{sub} {repo} {commit} {mnt}' to repair, or "
         return f"the mount's daemon is gone: {again}'git xet unmount {mnt}' to remove it"
+    if state == HEALTH_ORPHAN:
+        return (
+            "its supervisor is gone: reads work, but a crash would not be repaired; "
+            f"'git xet unmount {mnt}' and mount again to get failover back"
+        )
     if state == HEALTH_HUNG:
         return f"the mount does not answer: 'git xet unmount --lazy {mnt}' to detach it"
     return ""

@@ -156,6 +156,8 @@ class RemoteChunkSource:
         self._inflight: dict[bytes, dict[tuple[int, int], _Job]] = {}
         #: decoded bytes fetched from the server by this source
         self.fetched_bytes = 0
+        #: called with (decoded bytes, seconds) after each fetch from the server (metrics)
+        self.on_fetch: Callable[[int, float], None] | None = None
 
     def close(self) -> None:
         """Stop the fetch pool (running fetches finish)."""
@@ -465,6 +467,7 @@ class RemoteChunkSource:
         every chunk, and store them in the cache if ``cache``."""
         lay = self.layout(xorb_hash)
         hx = to_hex(xorb_hash)
+        began = time.monotonic()
         for attempt in range(2):
             loc = self._location(xorb_hash, refresh=attempt > 0)
             if loc is not None:
@@ -497,6 +500,8 @@ class RemoteChunkSource:
         n = offs[fce] - offs[fcs]
         with self._lock:
             self.fetched_bytes += n
+        if self.on_fetch is not None:
+            self.on_fetch(n, time.monotonic() - began)
         if cache:
             self.cache.put(xorb_hash, fcs, fce, offs[fcs], chunks)
         return Segment(offs[fcs], chunks)

@@ -23,21 +23,22 @@ from __future__ import annotations
 import errno
 import functools
 import inspect
-import itertools
 import logging
 import os
 import signal
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import pyfuse3
 import trio
 
 from gitxet.errors import MountError
+from gitxet.mount.metrics import MountMetrics
 from gitxet.mount.readaround import ChunkedFS, ChunkReadAround
 from gitxet.mount.runner import find_mount, normalize_mountpoint
+from gitxet.mount.supervisor import Takeover
+from gitxet.util.lru import LRUCache
 from gitxet.vfs.nodes import Attrs, NodeKind, ReadOnlyFS
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ READ_THREADS = 16  # concurrent model reads (each may wait on a network fetch)
 META_THREADS = 8  # concurrent lookups / listings / readlinks, kept apart from reads
 BLOCK_SIZE = 128 * 1024  # st_blksize: the I/O size we hint to readers
 READ_AHEAD_KB = 1024  # measured ~20% faster sequential reads than the 128 KiB default
+LISTING_ENTRIES = 1 << 20  # directory entries kept listed (all directories together)
 SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get after SIGTERM before they are abandoned
 
 # trio renamed ``cancellable`` to ``abandon_on_cancel`` (0.23) and warns on the old name.
@@ -66,12 +68,6 @@ def _notify_store(kernel_ino: int, offset: int, data: memoryview) -> None:
 
 def _errno_of(exc: OSError) -> int:
     return exc.errno if isinstance(exc.errno, int) and exc.errno > 0 else errno.EIO
-
-
-@dataclass(slots=True)
-class _DirHandle:
-    ino: int  # model inode
-    entries: list[tuple[bytes, Attrs]] | None = None  # listed on the first readdir
 
 
 class XetFuseOperations(pyfuse3.Operations):
@@ -95,9 +91,11 @@ class XetFuseOperations(pyfuse3.Operations):
         read_threads: int = READ_THREADS,
         meta_threads: int = META_THREADS,
         read_around: bool = True,
+        metrics: MountMetrics | None = None,
     ) -> None:
         super().__init__()
         self.fs = fs
+        self.metrics = metrics
         self._inline_reads = bool(getattr(fs, "inline_reads", False))
         self._try_read: Callable[[int, int, int], bytes | None] | None = getattr(
             fs, "try_read", None
@@ -117,10 +115,20 @@ class XetFuseOperations(pyfuse3.Operations):
         self._timeout = cache_timeout
         self._read_limiter = trio.CapacityLimiter(read_threads)
         self._meta_limiter = trio.CapacityLimiter(meta_threads)
-        # Handles are touched only on the trio thread, so plain dicts need no lock.
-        self._next_fh = itertools.count(1)
-        self._files: dict[int, int] = {}
-        self._dirs: dict[int, _DirHandle] = {}
+        # File and directory handles are the model inode itself: no per-open state, so a
+        # serving process that takes over the FUSE connection (gitxet.mount.supervisor)
+        # understands the handles its predecessor gave out. Listings are kept per directory
+        # (a commit's directory never changes), bounded by their entry count.
+        self._listings: LRUCache[int, list[tuple[bytes, Attrs]]] = LRUCache(
+            LISTING_ENTRIES, weigher=lambda entries: len(entries) + 1
+        )
+
+    #: called from libfuse's INIT handler (a takeover swaps the real connection in there)
+    on_init: Callable[[], None] | None = None
+
+    def init(self) -> None:
+        if self.on_init is not None:
+            self.on_init()
 
     # ---- translation -----------------------------------------------------------------------
 
@@ -152,6 +160,8 @@ class XetFuseOperations(pyfuse3.Operations):
         return e
 
     def _fail(self, what: str, exc: BaseException) -> pyfuse3.FUSEError:
+        if self.metrics is not None:
+            self.metrics.error(what.split(" ", 1)[0])
         if isinstance(exc, OSError):
             code = _errno_of(exc)
             if code == errno.EIO:
@@ -251,9 +261,7 @@ class XetFuseOperations(pyfuse3.Operations):
         attrs = self._call(f"opendir {ino}", self.fs.getattr, ino)
         if attrs.kind is not NodeKind.DIR:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        fh = next(self._next_fh)
-        self._dirs[fh] = _DirHandle(ino)
-        return fh
+        return ino
 
     def _listing(self, ino: int) -> list[tuple[bytes, Attrs]]:
         # "." and ".." first; offsets are index + 1 into this list, stable because the model
@@ -263,23 +271,19 @@ class XetFuseOperations(pyfuse3.Operations):
         return [(b".", here), (b"..", up), *self.fs.readdir(ino)]
 
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
-        handle = self._dirs.get(fh)
-        if handle is None:
-            raise pyfuse3.FUSEError(errno.EBADF)
-        if handle.entries is None:
-            # Listed once per open: a huge directory is read in many readdir calls, and
-            # re-listing it on every call would be quadratic.
-            handle.entries = await self._offload(
-                self._meta_limiter, f"readdir {handle.ino}", self._listing, handle.ino
-            )
-        entries = handle.entries
+        entries = self._listings.get(fh)
+        if entries is None:
+            # Listed once, not per readdir call: a huge directory is read in many readdir
+            # calls, and re-listing it on every call would be quadratic.
+            entries = await self._offload(self._meta_limiter, f"readdir {fh}", self._listing, fh)
+            self._listings.put(fh, entries)
         for idx in range(start_id, len(entries)):
             name, attrs = entries[idx]
             if not pyfuse3.readdir_reply(token, name, self.entry(attrs), idx + 1):
                 break
 
     async def releasedir(self, fh: int) -> None:
-        self._dirs.pop(fh, None)
+        pass  # listings stay cached (bounded): the directory cannot change
 
     # ---- files -----------------------------------------------------------------------------
 
@@ -292,15 +296,20 @@ class XetFuseOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if attrs.kind is not NodeKind.FILE:
             raise pyfuse3.FUSEError(errno.ELOOP)
-        fh = next(self._next_fh)
-        self._files[fh] = ino
+        fh = ino  # stateless: see __init__
         # keep_cache: pages cached by an earlier open stay valid, the content cannot change.
         return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=False)
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
-        ino = self._files.get(fh)
-        if ino is None:
-            raise pyfuse3.FUSEError(errno.EBADF)
+        if self.metrics is None:
+            return await self._read(fh, off, size)
+        with self.metrics.read() as done:
+            data = await self._read(fh, off, size)
+            done(len(data))
+        return data
+
+    async def _read(self, fh: int, off: int, size: int) -> bytes:
+        ino = fh  # the model inode (see open)
         if self._inline_reads:
             # local data: a read is a pread + decode, cheaper than the thread hop (and the
             # hot path of random reads: no per-call formatting here)
@@ -323,7 +332,7 @@ class XetFuseOperations(pyfuse3.Operations):
         return data
 
     async def release(self, fh: int) -> None:
-        self._files.pop(fh, None)
+        pass  # handles hold no state
 
     # ---- everything that would change the tree -----------------------------------------------
 
@@ -526,21 +535,31 @@ def serve(
     gid: int | None = None,
     shutdown_grace: float = SHUTDOWN_GRACE,
     read_around: bool = True,
+    metrics: MountMetrics | None = None,
+    takeover: Takeover | None = None,
 ) -> None:
     """Mount ``fs`` read-only at ``mountpoint`` and serve it until it is unmounted.
+
+    With ``takeover`` (a supervisor started this process, ``gitxet.mount.supervisor``) the
+    mount already exists: its connection is served, and SIGTERM ends this process without
+    unmounting (the supervisor starts the next serving process).
 
     Returns after an external unmount (``fusermount3 -u``) or, when called from the main
     thread, after SIGTERM / SIGINT, which unmount cleanly: requests still running
     ``shutdown_grace`` seconds later are abandoned (their callers get ENOTCONN). ``ready()``
     is called once, in a worker thread, when the mount is live. ``read_around`` turns on
-    chunk read-around (``gitxet.mount.readaround``). Raises :class:`MountError` when the
+    chunk read-around (``gitxet.mount.readaround``); ``metrics`` counts reads and errors
+    (``gitxet.mount.metrics``). Raises :class:`MountError` when the
     mount cannot be made, and re-raises what ``ready()`` raised after unmounting.
     """
     mnt = normalize_mountpoint(mountpoint)
-    if not os.path.isdir(mnt):
+    # (a stat of a taken-over mountpoint would wait for this very process to answer it)
+    if takeover is None and not os.path.isdir(mnt):
         raise MountError(mnt, "mountpoint is not a directory")
     opts = mount_options(fsname, options, allow_other=allow_other)
-    ops = XetFuseOperations(fs, uid=uid, gid=gid, read_around=read_around)
+    ops = XetFuseOperations(fs, uid=uid, gid=gid, read_around=read_around, metrics=metrics)
+    if takeover is not None:
+        ops.on_init = takeover.on_init
     if not _serving.acquire(blocking=False):
         raise MountError(mnt, "this process already serves a FUSE mount")
     main_thread = threading.current_thread() is threading.main_thread()
@@ -555,7 +574,7 @@ def serve(
     )
     try:
         try:
-            pyfuse3.init(ops, mnt, opts)
+            pyfuse3.init(ops, mnt if takeover is None else takeover.session_path, opts)
         except RuntimeError as exc:
             # libfuse has printed its reason on stderr (the daemon log).
             raise MountError(mnt, f"FUSE mount failed: {exc}") from exc
@@ -570,7 +589,7 @@ def serve(
             # Unmounts if the loop ended for any reason but an external unmount (then the
             # kernel side is already gone and libfuse notices), and closes /dev/fuse, which
             # fails any request still waiting with ENOTCONN.
-            pyfuse3.close(unmount=True)
+            pyfuse3.close(unmount=takeover is None)
         if loop.error is not None:
             raise loop.error
     finally:

@@ -169,6 +169,21 @@ def process_start_time(pid: int) -> int | None:
     return None if st is None else st[1]
 
 
+def serving_pid(supervisor_pid: int) -> int | None:
+    """The serving process of a FUSE supervisor (``gitxet.mount.supervisor``): its one live
+    child, or ``None``."""
+    try:
+        with open(f"/proc/{supervisor_pid}/task/{supervisor_pid}/children", "rb") as f:
+            kids = [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return None
+    for pid in kids:
+        st = _proc_stat(pid)
+        if st is not None and st[0] not in ("Z", "X", "x"):
+            return pid
+    return None
+
+
 def _reap(pid: int) -> None:
     proc = _spawned.get(pid)
     if proc is not None and proc.poll() is not None:
@@ -281,8 +296,11 @@ def _stat_outcome(mountpoint: str, timeout: float) -> OSError | None:
     outcome: builtins.list[OSError | None] = []
 
     def probe() -> None:
+        # stat() alone is not enough: the kernel answers it from cached attributes without
+        # asking the daemon; opening the directory always asks (FUSE_OPENDIR)
         try:
             os.stat(mountpoint)
+            os.close(os.open(mountpoint, os.O_RDONLY | os.O_DIRECTORY))
             outcome.append(None)
         except OSError as exc:
             outcome.append(exc)
@@ -300,6 +318,7 @@ HEALTH_OK = "ok"  # mounted and answering
 HEALTH_DEAD = "dead"  # mounted, but nothing serves it ("Transport endpoint is not connected")
 HEALTH_HUNG = "hung"  # mounted, but stat() did not answer in time (a wedged daemon)
 HEALTH_ABSENT = "absent"  # nothing is mounted there
+HEALTH_ORPHAN = "orphan"  # answers, but its supervisor is gone (no failover any more)
 
 
 def mount_health(mountpoint: str, timeout: float = 2.0) -> str:
@@ -705,7 +724,9 @@ class MountRegistry:
                 self._records.remove(rec.mountpoint)
                 continue
             if not process_alive(rec.pid, rec.start_time):
-                state = HEALTH_DEAD
+                # a supervisor killed on its own leaves its serving process serving
+                alive = probe and mount_health(rec.mountpoint, timeout) == HEALTH_OK
+                state = HEALTH_ORPHAN if alive else HEALTH_DEAD
             elif probe:
                 state = mount_health(rec.mountpoint, timeout)
             else:

@@ -145,6 +145,7 @@ class NodeCache:
         self._start()
         self.hits = 0
         self.misses = 0
+        self.hit_bytes = 0  # decoded bytes served by read()
         self.stored_bytes = 0
         self._sweep_tmp()
 
@@ -435,6 +436,7 @@ class NodeCache:
                 return None
             parts.append(data)
         self.hits += 1
+        self.hit_bytes += hi - lo
         now = time.time()
         with self._lock:
             for r, _, _ in ranges:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import itertools
 import json
+import mmap
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -83,15 +87,20 @@ def listing(cwd: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.splitlines()]
 
 
-def kill_daemon(cwd: Path, mnt: Path) -> int:
-    (row,) = [r for r in listing(cwd) if r["mountpoint"] == str(mnt)]
-    pid = int(str(row["pid"]))
-    os.kill(pid, signal.SIGKILL)
+def wait_gone(pid: int) -> None:
     deadline = time.monotonic() + STEP_TIMEOUT
-    while os.path.exists(f"/proc/{pid}") and b"Z" not in _state(pid):
-        assert time.monotonic() < deadline, "the killed daemon does not go away"
+    while os.path.exists(f"/proc/{pid}") and _state(pid) not in (b"Z", b"X"):
+        assert time.monotonic() < deadline, "a killed process does not go away"
         time.sleep(0.02)
-    return pid
+
+
+def kill_all(cwd: Path, mnt: Path) -> None:
+    """SIGKILL the mount's supervisor, then its serving process: a dead mount."""
+    (row,) = [r for r in listing(cwd) if r["mountpoint"] == str(mnt)]
+    for key in ("supervisor_pid", "pid"):
+        if row[key] is not None:
+            os.kill(int(str(row[key])), signal.SIGKILL)
+            wait_gone(int(str(row[key])))
 
 
 def _state(pid: int) -> bytes:
@@ -117,10 +126,10 @@ def test_a_dead_mount_is_listed_repaired_and_removed(
     run("git-xet", "unmount", str(mnt), cwd=tmp_path)
 
     run("git-xet", "mount", str(work), "main", str(mnt), cwd=tmp_path)
-    kill_daemon(tmp_path, mnt)
+    kill_all(tmp_path, mnt)
     with pytest.raises(OSError) as ei:
         os.listdir(mnt)
-    assert ei.value.errno == errno.ENOTCONN
+    assert ei.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)
 
     # shown dead, with the fix
     (row,) = listing(tmp_path)
@@ -143,7 +152,149 @@ def test_a_dead_mount_is_listed_repaired_and_removed(
     assert row["state"] == "ok"
 
     # unmount cleans a dead one
-    kill_daemon(tmp_path, mnt)
+    kill_all(tmp_path, mnt)
     run("git-xet", "unmount", str(mnt), cwd=tmp_path)
     assert listing(tmp_path) == []
     assert os.listdir(mnt) == []
+
+
+# ---- failover: the supervisor keeps the FUSE connection, serving processes come and go ----
+
+BIG = 256 << 20
+STORM_SECONDS = 20.0
+EVENT_AT = 5.0
+READERS = 8
+
+
+@pytest.fixture(scope="module")
+def big_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    """A work tree whose one commit holds a 256 MiB file of random bytes."""
+    tmp = tmp_path_factory.mktemp("big")
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    home = tmp / "home"
+    home.mkdir()
+    env.update(HOME=str(home), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=str(home / ".gitconfig"))
+    for k, v in (("user.name", "t"), ("user.email", "t@t"), ("init.defaultBranch", "main")):
+        subprocess.run(["git", "config", "--global", k, v], env=env, check=True)
+    work = tmp / "work"
+    subprocess.run(["git", "init", "-q", str(work)], env=env, check=True)
+    rnd = random.Random(256)
+    data = b"".join(rnd.randbytes(16 << 20) for _ in range(BIG // (16 << 20)))
+    (work / "big.bin").write_bytes(data)
+    for cmd in (["git-xet", "init"], ["git-xet", "add", "."], ["git", "commit", "-qm", "big"]):
+        subprocess.run(cmd, cwd=work, env=env, check=True, capture_output=True, timeout=300)
+    return work, data
+
+
+@dataclass
+class Storm:
+    errors: list[str]
+    wrong: int
+    reads: int
+    done: list[float]  # monotonic completion times
+
+
+def read_storm(path: Path, data: bytes, event: Callable[[], None]) -> tuple[Storm, float]:
+    """8 threads of random O_DIRECT preads (each one a FUSE request) for 20 s; ``event``
+    runs at 5 s. Returns what the readers saw and when the event started."""
+    end = time.monotonic() + STORM_SECONDS
+    lock = threading.Lock()
+    storm = Storm([], 0, 0, [])
+
+    def reader(seed: int) -> None:
+        rnd = random.Random(seed)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)  # no page cache: every read is served
+        buf = mmap.mmap(-1, 1 << 20)
+        try:
+            while time.monotonic() < end:
+                n = rnd.choice((4096, 65536, 131072, 1 << 20))
+                off = rnd.randrange(0, len(data) - n) & ~4095
+                try:
+                    got = os.preadv(fd, [memoryview(buf)[:n]], off)
+                except OSError as exc:
+                    with lock:
+                        storm.errors.append(f"pread @{off}+{n}: {exc}")
+                    continue
+                ok = got == n and buf[:n] == data[off : off + n]
+                with lock:
+                    storm.reads += 1
+                    storm.wrong += not ok
+                    storm.done.append(time.monotonic())
+        finally:
+            os.close(fd)
+            buf.close()
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(READERS)]
+    for t in threads:
+        t.start()
+    time.sleep(EVENT_AT)
+    at = time.monotonic()
+    event()
+    for t in threads:
+        t.join(STORM_SECONDS + 30)
+    assert not any(t.is_alive() for t in threads), "a reader is stuck"
+    return storm, at
+
+
+def check_storm(storm: Storm, at: float) -> float:
+    """Assert no error, no wrong byte, and reads going on within 5 s; returns the longest
+    pause in completions after the event."""
+    assert storm.errors == [], storm.errors[:5]
+    assert storm.wrong == 0
+    after = [at, *sorted(t for t in storm.done if t > at)]
+    assert len(after) > 1, "no read completed after the event"
+    pause = max(b - a for a, b in itertools.pairwise(after))
+    assert pause < 5.0, f"reads paused {pause:.1f} s after the event"
+    assert after[-1] > at + 10, "reads did not go on after the event"
+    return pause
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["sigkill", "upgrade"])
+def test_readers_see_no_error_when_the_serving_process_goes(
+    big_repo: tuple[Path, bytes], mnt: Path, tmp_path: Path, how: str
+) -> None:
+    work, data = big_repo
+    run("git-xet", "mount", str(work), "main", str(mnt), cwd=tmp_path)
+    (row,) = listing(tmp_path)
+    first, supervisor = row["pid"], row["supervisor_pid"]
+    assert isinstance(first, int) and isinstance(supervisor, int) and first != supervisor
+
+    def event() -> None:
+        if how == "sigkill":
+            os.kill(first, signal.SIGKILL)
+        else:
+            r = run("git-xet", "mount", "--upgrade", str(mnt), cwd=tmp_path)
+            assert f"was {first}" in r.stderr
+
+    storm, at = read_storm(mnt / "big.bin", data, event)
+    pause = check_storm(storm, at)
+    (row,) = listing(tmp_path)
+    assert row["state"] == "ok" and row["supervisor_pid"] == supervisor
+    assert row["pid"] not in (first, None)
+    print(f"{how}: {storm.reads} reads, 0 errors, longest pause after it {pause:.2f} s")
+    log = Path(str(row["log"])).read_text()
+    assert "in-flight requests re-sent" in log  # the new process asked for the re-send
+
+
+def test_killing_supervisor_and_server_leaves_a_dead_mount_that_repairs(
+    repo: dict[str, object], mnt: Path, tmp_path: Path
+) -> None:
+    work = repo["work"]
+    assert isinstance(work, Path)
+    run("git-xet", "mount", str(work), "main", str(mnt), cwd=tmp_path)
+    (row,) = listing(tmp_path)
+    os.kill(int(str(row["supervisor_pid"])), signal.SIGKILL)
+    # the supervisor alone: its serving process still serves, but nobody would replace it
+    assert (mnt / "sub/small.txt").read_bytes() == b"changed\n"
+    (row2,) = listing(tmp_path)
+    assert row2["state"] == "orphan" and "failover" in str(row2["fix"])
+    os.kill(int(str(row["pid"])), signal.SIGKILL)
+    wait_gone(int(str(row["pid"])))
+    (row3,) = listing(tmp_path)
+    assert row3["state"] == "dead"
+    run("git-xet", "mount", str(work), "main", str(mnt), cwd=tmp_path)
+    assert (mnt / "sub/small.txt").read_bytes() == b"changed\n"
+    kill_all(tmp_path, mnt)
+    run("git-xet", "unmount", str(mnt), cwd=tmp_path)
+    assert listing(tmp_path) == []
