@@ -103,6 +103,22 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 
 
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT`` or ``PORT`` (``[::1]:PORT`` for IPv6) as (host, port); the
+    host defaults to loopback (metrics endpoints are not for the world unless asked).
+
+    Raises:
+        ConfigError: not an address with a port in 0..65535.
+    """
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "", text
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"not an address: {text!r} (use HOST:PORT, e.g. 127.0.0.1:9400)")
+    return host, int(port)
+
+
 def parse_bool(text: str, what: str = "value") -> bool:
     """git's boolean words: true/yes/on/1 and false/no/off/0/empty, any case.
 

@@ -70,7 +70,7 @@ class Daemon:
         from gitxet.settings import TOKEN_ENV, child_env
 
         if self.metrics:
-            from gitxet.mount.metrics import parse_address
+            from gitxet.settings import parse_address
 
             parse_address(self.metrics)  # a bad address fails here, not in the daemon
         argv = self.serving_argv(metrics_file_for(log_path))
@@ -149,6 +149,7 @@ def serve_fuse(
             writer.join(5)
         if endpoint is not None:
             endpoint.shutdown()
+            endpoint.server_close()
         fs.close()
 
 

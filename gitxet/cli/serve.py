@@ -88,6 +88,15 @@ def serve_cmd(
         ),
     ] = 1000,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics",
+            metavar="ADDR",
+            help="Serve Prometheus metrics (requests by operation: push, clone, CAS calls) at "
+            "http://ADDR/metrics, an address of its own (127.0.0.1 if no host).",
+        ),
+    ] = None,
 ) -> None:
     """Serve git repositories and the Xet CAS API over HTTP (Ctrl-C stops gracefully)."""
     import logging
@@ -124,6 +133,7 @@ def serve_cmd(
         public_url=public_url,
         url_ttl=url_ttl,
         limits=limits,
+        metrics=metrics,
     )
     state = build_state(cfg)
     logging.getLogger("gitxet.server").info(

@@ -29,7 +29,8 @@ from prometheus_client import start_http_server as _start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from gitxet.errors import MountError
+from gitxet.errors import ConfigError, MountError
+from gitxet.settings import parse_address
 
 log = logging.getLogger(__name__)
 
@@ -54,21 +55,6 @@ class _Source(Protocol):
     cache: _CacheStats
     fetched_bytes: int
     on_fetch: Callable[[int, float], None] | None
-
-
-def parse_address(addr: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``:PORT`` or ``PORT`` as (host, port); the host defaults to loopback.
-
-    Raises:
-        MountError: not an address with a port in 0..65535.
-    """
-    host, sep, port = addr.rpartition(":")
-    if not sep:
-        host, port = "", addr
-    host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise MountError(addr, "the metrics address must be HOST:PORT (e.g. 127.0.0.1:9400)")
-    return host, int(port)
 
 
 class MountMetrics:
@@ -151,7 +137,10 @@ class MountMetrics:
     def serve(self, address: str) -> Any:
         """Start the ``/metrics`` endpoint on ``address`` (a daemon thread); returns the
         server (``shutdown()`` stops it). Raises :class:`MountError` when it cannot bind."""
-        host, port = parse_address(address)
+        try:
+            host, port = parse_address(address)
+        except ConfigError as exc:
+            raise MountError(address, str(exc)) from None
         try:
             server, _thread = _start_http_server(port, host, registry=self.registry)
         except OSError as exc:

@@ -29,7 +29,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -57,6 +57,9 @@ from gitxet.server.githttp import SERVICES, BodyTooLargeError, GitHttpBackend
 from gitxet.server.index import parse_hex, xorb_key
 from gitxet.server.service import CasService
 from gitxet.server.signing import UrlSigner
+
+if TYPE_CHECKING:
+    from gitxet.server.metrics import ServerMetrics
 
 __all__ = ["AppState", "create_app"]
 
@@ -91,6 +94,8 @@ class AppState:
     public_url: str | None = None
     #: A per-process read token for the server's own pre-receive hooks (never stored).
     internal_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    #: request counters (``--metrics``); ``None`` when prometheus_client is not installed
+    metrics: ServerMetrics | None = None
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -561,8 +566,9 @@ def _handler(
 class AccessLog:
     """ASGI middleware: one structured line per request, without query strings or tokens."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics | None = None) -> None:
         self.app = app
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -581,6 +587,10 @@ class AccessLog:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
+            if self.metrics is not None:
+                self.metrics.observe(
+                    scope.get("path", ""), info["status"], time.perf_counter() - t0, info["bytes"]
+                )
             if access_log.isEnabledFor(logging.INFO):
                 client = scope.get("client")
                 rec = {
@@ -623,4 +633,4 @@ def create_app(state: AppState) -> ASGIApp:
     ]
     app = Starlette(routes=routes)
     app.state.gitxet = state
-    return AccessLog(app)
+    return AccessLog(app, state.metrics)

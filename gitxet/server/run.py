@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
@@ -36,6 +37,9 @@ from gitxet.server.index import CasIndex
 from gitxet.server.limits import Limits, protocol_class
 from gitxet.server.service import CasService
 from gitxet.server.signing import UrlSigner, load_or_create_key
+
+if TYPE_CHECKING:
+    from gitxet.server.metrics import ServerMetrics
 
 __all__ = [
     "BackgroundServer",
@@ -68,6 +72,7 @@ class ServerConfig:
     graceful_timeout: float = 30.0
     git_env: Mapping[str, str] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
+    metrics: str | None = None  # HOST:PORT of the Prometheus endpoint, or None
 
 
 def build_state(cfg: ServerConfig, backend: Backend | None = None) -> AppState:
@@ -86,7 +91,25 @@ def build_state(cfg: ServerConfig, backend: Backend | None = None) -> AppState:
         git=GitHttpBackend(repos_dir(cfg.root), env=cfg.git_env, max_body=cfg.max_git_body),
         max_body=cfg.max_body,
         public_url=cfg.public_url.rstrip("/") if cfg.public_url else None,
+        metrics=_metrics(),
     )
+
+
+def _metrics() -> ServerMetrics | None:
+    try:
+        from gitxet.server.metrics import ServerMetrics
+    except ImportError:  # prometheus_client missing: counting is off, --metrics fails
+        return None
+    return ServerMetrics()
+
+
+def _serve_metrics(cfg: ServerConfig, state: AppState) -> Any:
+    """Start the metrics endpoint when ``cfg.metrics`` asks for one."""
+    if not cfg.metrics:
+        return None
+    if state.metrics is None:
+        raise ConfigError("--metrics needs prometheus_client (pip install 'gitxet[server]')")
+    return state.metrics.serve(cfg.metrics)
 
 
 def _uvicorn_config(cfg: ServerConfig, state: AppState) -> uvicorn.Config:
@@ -156,10 +179,14 @@ def serve(cfg: ServerConfig, state: AppState | None = None) -> None:
     state = state or build_state(cfg)
     _check_fd_limit(cfg.limits)
     sock = _listen(cfg, state)
+    endpoint = _serve_metrics(cfg, state)
     server = uvicorn.Server(_uvicorn_config(cfg, state))
     try:
         server.run(sockets=[sock])
     finally:
+        if endpoint is not None:
+            endpoint.shutdown()
+            endpoint.server_close()
         sock.close()
         state.service.backend.close()
 
@@ -170,6 +197,7 @@ class BackgroundServer:
     def __init__(self, cfg: ServerConfig, state: AppState | None = None) -> None:
         self.state = state or build_state(cfg)
         self.sock = _listen(cfg, self.state)
+        self.metrics_endpoint = _serve_metrics(cfg, self.state)
         host, port = self.sock.getsockname()[:2]
         self.url = f"http://{host}:{port}"
         self.port = int(port)
@@ -196,6 +224,9 @@ class BackgroundServer:
         """Ask for a graceful stop and wait for it."""
         self.server.should_exit = True
         self.thread.join(timeout)
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.shutdown()
+            self.metrics_endpoint.server_close()
         with contextlib.suppress(OSError):
             self.sock.close()
         self.state.service.backend.close()
