@@ -83,8 +83,9 @@ LFS_VERBS: list[tuple[str, str, str]] = [
     ("ls-files", "`git xet ls-files [--all] [--deleted] [-s] [-n] [-l] [--json]`", ""),
     (
         "migrate",
-        "`git xet migrate [import|info] [--dry-run]`",
-        "import and info; `migrate export` (pointers back to plain blobs) is not implemented yet",
+        "`git xet migrate [import|info|export] [--dry-run]`",
+        "import (git-lfs or plain files to pointers), info (a preview), export (pointers back "
+        "to plain files)",
     ),
     (
         "prune",

@@ -17,14 +17,14 @@ def _say(msg: str) -> None:
     typer.echo(msg, err=True)
 
 
-MODES = ("import", "info")
+MODES = ("import", "info", "export")
 
 
 def migrate_cmd(
     refs: Annotated[
         list[str] | None,
         typer.Argument(
-            help="[import|info] then branches or tags (default: import, the current branch)."
+            help="[import|info|export] then branches or tags (default: import, the current branch)."
         ),
     ] = None,
     everything: Annotated[
@@ -57,6 +57,8 @@ def migrate_cmd(
     'git xet migrate [import] REFS' rewrites; 'git xet migrate info REFS' (or import
     --dry-run) only reports, per file extension, how many git-lfs files and plain files of
     at least the threshold the history holds, and how many LFS objects are not here.
+    'git xet migrate export REFS' goes back: Xet pointers (at the -I/-X paths) become the
+    files' content again, and gitxet's .gitattributes lines and .xetconfig go.
 
     Needs a clean work tree and the LFS objects locally (git lfs fetch --all).
 
@@ -78,6 +80,13 @@ def migrate_cmd(
             ),
             as_json,
             dry_run and mode == "import",
+        )
+        return
+    if mode == "export":
+        _export(
+            migrate.MigrateOptions(
+                tuple(names), everything, tuple(include or ()), tuple(exclude or ()), size
+            )
         )
         return
     refs = names
@@ -166,3 +175,22 @@ def _info(options, as_json: bool, dry_run: bool) -> None:  # type: ignore[no-unt
             f"git-xet: {found.lfs_missing} git-lfs object(s) are not in the local LFS store: "
             "'git lfs fetch --all' first (or --exclude their paths)"
         )
+
+
+def _export(options) -> None:  # type: ignore[no-untyped-def]
+    """``migrate export``: pointers back to plain blobs."""
+    from gitxet.cli.gitcmds import _open_repo
+    from gitxet.migrate.export import export
+
+    repo = _open_repo()
+    with byte_progress("exporting", None) as bar:
+        result = export(repo, options, progress=bar)
+    _say(
+        f"git-xet: rewrote {result.commits} commit(s) on {len(result.refs)} ref(s); "
+        f"{result.plain_files} file version(s) are plain git blobs again "
+        f"({result.bytes_converted:,} bytes)"
+    )
+    _say(
+        "git-xet: push the rewritten refs with 'git push --force'; 'git xet uninstall "
+        "--local' removes the filter from this repository"
+    )

@@ -139,6 +139,12 @@ def test_lfs_migrate(repo: Path) -> None:
     xet("migrate", "--threshold", "100k", cwd=repo)
     blob = run("git", "cat-file", "-p", "HEAD:big.raw", cwd=repo).stdout
     assert blob.startswith("version https://gitxet.dev/spec/v1")
+    xet("migrate", "export", cwd=repo)  # and back: plain blobs, no gitxet rules
+    got = subprocess.run(
+        ["git", "cat-file", "-p", "HEAD:big.raw"], cwd=repo, capture_output=True, check=True
+    ).stdout
+    assert got == (repo / "big.raw").read_bytes() and len(got) == 200_000
+    run("git", "cat-file", "-e", "HEAD:.xetconfig", cwd=repo, code=128)
 
 
 def test_lfs_prune(repo: Path) -> None:

@@ -289,3 +289,37 @@ def test_bare_repository_migrates_every_branch_and_tag(tmp_path: Path) -> None:
     assert git("rev-parse", "t1", cwd=bare) == git("rev-parse", "main", cwd=bare)
     blob = run("git", "show", "main:a.raw", cwd=bare).stdout
     assert smudged(bare, "a.raw", blob) == data
+
+
+def test_export_undoes_an_import(tmp_path: Path) -> None:
+    """migrate export: pointers become the files again, gitxet's rules leave the history."""
+    rnd = random.Random(11)
+    work = tmp_path / "work"
+    git("init", "-q", str(work), cwd=tmp_path)
+    (work / ".gitattributes").write_bytes(b"*.txt text\n")
+    v1 = {"big.raw": rnd.randbytes(300_000), "keep/k.raw": rnd.randbytes(300_000), "x.txt": b"x\n"}
+    commit_all(work, v1, "v1")
+    v2 = dict(v1, **{"big.raw": rnd.randbytes(310_000)})
+    commit_all(work, {"big.raw": v2["big.raw"]}, "v2")
+    originals = {
+        m: git("rev-parse", f"{c}^{{tree}}", cwd=work)
+        for m, c in commits_by_message(work, "main").items()
+    }
+    run("git-xet", "migrate", cwd=work)
+    head = tree_files(work, "main")
+    assert Pointer.decode(head["big.raw"]).size == len(v2["big.raw"])
+    # export all but keep/: those stay pointers, and so do the rules they need
+    r = run("git-xet", "migrate", "export", "-X", "keep/", cwd=work)
+    assert b"2 file version(s) are plain git blobs again" in r.stderr, r.stderr
+    new = commits_by_message(work, "main")
+    for message, files in (("v1", v1), ("v2", v2)):
+        stored = tree_files(work, new[message])
+        assert ".xetconfig" in stored and b"filter=xet" in stored[".gitattributes"]
+        assert stored["big.raw"] == files["big.raw"]
+        assert Pointer.decode(stored["keep/k.raw"]).size == len(files["keep/k.raw"])
+    assert (work / "big.raw").read_bytes() == v2["big.raw"]
+    # everything exported: the trees are the ones before the import, byte for byte
+    run("git-xet", "migrate", "export", cwd=work)
+    again = commits_by_message(work, "main")
+    assert {m: git("rev-parse", f"{c}^{{tree}}", cwd=work) for m, c in again.items()} == originals
+    assert git("status", "--porcelain", cwd=work).strip() == ""
