@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(git git-lfs fuse3 libfuse3-dev pkg-config libnfs-utils docker.io busybox-static)
+APT_PACKAGES=(git git-lfs fuse3 libfuse3-dev pkg-config libnfs-utils docker.io busybox-static zsh fish)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

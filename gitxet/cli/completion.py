@@ -73,7 +73,11 @@ FILES = {"bash": "bash/git-xet", "zsh": "zsh/_git-xet", "fish": "fish/git-xet.fi
 
 def script(shell: str) -> str:
     """The completion script for ``shell`` (bash, zsh or fish)."""
-    return HEADER + SCRIPTS[shell]
+    body = SCRIPTS[shell]
+    if body.startswith("#compdef"):  # zsh's compinit reads only the first line
+        first, rest = body.split("\n", 1)
+        return first + "\n" + HEADER + rest
+    return HEADER + body
 
 
 def register(app: typer.Typer) -> None:

@@ -205,3 +205,36 @@ complete_line git xet mount --non
     r = run(venv, "bash", "--norc", "--noprofile", "-i", "-c", probe, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["mount mounts", "--nonempty"], r.stdout + r.stderr
+
+
+def test_zsh_completes_git_xet(venv: Path, tmp_path: Path) -> None:
+    script = venv / "share" / "zsh" / "site-functions" / "_git-xet"
+    assert script.is_file() and script.read_text().startswith("#compdef git-xet")
+    if shutil.which("zsh") is None:
+        pytest.skip("zsh is not installed")
+    # git's zsh completion calls _git-xet with the words from "xet" on; _arguments (which
+    # needs a live completion widget) is replaced by a stub that prints what it gets
+    probe = f"""
+_arguments() {{ print -r -- "$*" }}
+compdef() {{ : }}
+source {script}
+words=(xet mo); CURRENT=2; _git-xet
+words=(git-xet mount --nonem); CURRENT=3; _git-xet
+"""
+    r = run(venv, "zsh", "-f", "-c", probe, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.splitlines()
+    assert '"mount":' in first and '"mounts":' in first, r.stdout
+    assert '"--nonempty":' in second, r.stdout
+
+
+def test_fish_completes_git_xet(venv: Path, tmp_path: Path) -> None:
+    script = venv / "share" / "fish" / "vendor_conf.d" / "git-xet.fish"
+    assert script.is_file()
+    if shutil.which("fish") is None:
+        pytest.skip("fish is not installed")
+    probe = f"source {script}; complete -C'git xet mo'; complete -C'git-xet mount --nonem'"
+    r = run(venv, "fish", "--no-config", "-c", probe, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    names = [ln.split("\t")[0] for ln in r.stdout.splitlines()]
+    assert names == ["mount", "mounts", "--nonempty"], r.stdout
