@@ -27,7 +27,7 @@ from gitxet.chunking.pipeline import ChunkStream
 from gitxet.data.dedup import RemoteDedup
 from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
-from gitxet.hashing import chunk_hash, file_hash, verification_hash
+from gitxet.hashing import chunk_hash, file_hash, merkle_root, verification_hash
 from gitxet.store.cas import LocalCAS
 
 # A term refers either to a stored xorb (its hash) or to a xorb still being built (its
@@ -169,15 +169,23 @@ class Ingestor:
         p = self._pending
         if not p.count:
             return
-        self._compress_pending()
-        sx = xorbfmt.frame_xorb(p.parts, p.sizes, p.hashes)
+        # the xorb's hash needs only the chunk hashes and sizes: the chunks not compressed
+        # yet are compressed, framed and written on the writer thread
+        xorb_hash = merkle_root(list(zip(p.hashes, p.sizes, strict=True)))
         self._wait_for_write()
-        self._writing = self._writer.submit(self.cas.put_serialized, sx)
+        self._writing = self._writer.submit(self._write_xorb, p, xorb_hash)
         self._new_xorbs.append(
-            shardfmt.XorbInfo(sx.hash, _chunk_entries(sx), sum(sx.chunk_sizes), 0)
+            shardfmt.XorbInfo(xorb_hash, _chunk_entries(p.hashes, p.sizes), sum(p.sizes), 0)
         )
-        self._resolved[p.number] = sx.hash
+        self._resolved[p.number] = xorb_hash
         self._pending = self._new_pending()
+
+    def _write_xorb(self, p: _PendingXorb, xorb_hash: bytes) -> bool:
+        parts = [*p.parts, *_compress_all(p.raw)]
+        sx = xorbfmt.frame_xorb(parts, p.sizes, p.hashes)
+        if sx.hash != xorb_hash:  # cannot happen: both are the Merkle root of the same list
+            raise AssertionError("xorb hash changed while framing")
+        return self.cas.put_serialized(sx)
 
     def fits(self, nbytes: int) -> bool:
         """Whether ``nbytes`` more of new data surely fit in the xorb being built (so a file
@@ -219,11 +227,21 @@ class Ingestor:
         chunks = chunk_bytes(data)
         hashes = [chunk_hash(c) for c in chunks]
         acc = _FileAcc()
-        self._add_block(acc, chunks, hashes)
+        self._add_block(acc, chunks, hashes, compress=False)
         fh = file_hash(list(zip(hashes, (len(c) for c in chunks), strict=True)))
         return self._finish_file(acc, fh, len(data), hashlib.sha256(data).hexdigest())
 
-    def _add_block(self, acc: _FileAcc, chunks: Sequence[Chunk], hashes: list[bytes]) -> None:
+    def _add_block(
+        self,
+        acc: _FileAcc,
+        chunks: Sequence[Chunk],
+        hashes: list[bytes],
+        *,
+        compress: bool = True,
+    ) -> None:
+        """Place a block's chunks; ``compress``: compress the new ones now (a big file, so
+        the work spreads over the executor while the next block is chunked), else when the
+        xorb is cut, on the writer thread (small files: off the path of each request)."""
         unknown = [h for h in hashes if h not in self._session]
         known = self.cas.lookup_chunks(unknown) if unknown else {}
         if self.dedup is not None:
@@ -253,7 +271,8 @@ class Ingestor:
                 last.nbytes += n
             else:
                 terms.append(_Term(ref, idx, idx + 1, n))
-        self._compress_pending()
+        if compress:
+            self._compress_pending()
 
     def _finish_file(self, acc: _FileAcc, fh: bytes, size: int, sha256: str) -> IngestResult:
         result = IngestResult(fh, size, sha256, len(acc.chunk_hashes), acc.new_bytes, acc.reused)
@@ -306,10 +325,10 @@ def _compress_all(chunks: list[bytes]) -> list[tuple[xorbfmt.Scheme, bytes]]:
     return [xorbfmt.compress_chunk(c) for c in chunks]
 
 
-def _chunk_entries(sx: xorbfmt.SerializedXorb) -> list[shardfmt.XorbChunk]:
+def _chunk_entries(hashes: list[bytes], sizes: list[int]) -> list[shardfmt.XorbChunk]:
     out: list[shardfmt.XorbChunk] = []
     pos = 0
-    for h, s in zip(sx.chunk_hashes, sx.chunk_sizes, strict=True):
+    for h, s in zip(hashes, sizes, strict=True):
         out.append(shardfmt.XorbChunk(h, pos, s))
         pos += s
     return out
