@@ -195,17 +195,28 @@ class _BatchProcess:
     ) -> Iterator[tuple[str | None, int, bytes | None]]:
         """``--batch-command`` with the format ``%(objecttype) %(objectsize)``: ``command``
         (``info`` or ``contents``) for each name, a window at a time, each window ended by
-        ``flush``. Yields ``(type, size, content)``; ``(None, 0, None)`` when missing."""
+        ``flush``, the next window sent before the answers to the last are read (so git
+        works while we parse). Yields ``(type, size, content)``; ``(None, 0, None)`` when
+        missing."""
         with_content = command == "contents"
         prefix = command.encode("ascii") + b" "
-        for i in range(0, len(names), _WINDOW):
-            part = names[i : i + _WINDOW]
+        windows = [names[i : i + _WINDOW] for i in range(0, len(names), _WINDOW)]
+
+        def send(part: Sequence[str]) -> None:
             try:
                 self.stdin.write(b"".join(prefix + n.encode("ascii") + b"\n" for n in part))
                 self.stdin.write(b"flush\n")
                 self.stdin.flush()
             except (BrokenPipeError, ValueError):
                 raise self.died() from None
+
+        # at most two windows (~50 KB of commands) are ever unread by git: our writes
+        # never block on a full pipe while git waits for us to read
+        if windows:
+            send(windows[0])
+        for w, part in enumerate(windows):
+            if w + 1 < len(windows):
+                send(windows[w + 1])
             for name in part:
                 header = self.stdout.readline(len(name) + 64)
                 if not header.endswith(b"\n"):
