@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import random
 import threading
@@ -36,14 +37,13 @@ class HangingRemote(LocalDirRemote):
     def __init__(self, root: str) -> None:
         super().__init__(root)
         self.release = threading.Event()
-        self.calls = 0
+        self._calls = itertools.count(1)  # atomic: '+= 1' from four threads can skip 1
 
     def link_from(self, local: LocalCAS, xorb_hash: bytes) -> int | None:
         return None  # like a server: every xorb is uploaded
 
     def upload_xorb(self, xorb_hash: bytes, body: bytes) -> bool:
-        self.calls += 1
-        if self.calls == 1:
+        if next(self._calls) == 1:
             raise RemoteError("the first upload fails")
         self.release.wait(60)
         return False
