@@ -36,13 +36,13 @@ import os
 import sqlite3
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from gitxet.errors import StoreError
 from gitxet.hashing import chunk_hash, to_hex
+from gitxet.util.lru import Lease, LeaseCache, LRUCache
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -101,6 +101,10 @@ class _Open:
     fd: int
     verified: bytearray
     checked: float = field(default=0.0)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,9 +172,10 @@ class NodeCache:
         self._db_conn = db
         self._db_lock = threading.Lock()
         self._lock = threading.Lock()  # guards the dicts below; never held during I/O
-        self._known: OrderedDict[bytes, list[_Range]] = OrderedDict()
-        self._open: OrderedDict[int, _Open] = OrderedDict()
-        self._retired: list[tuple[float, int]] = []
+        self._known: LRUCache[bytes, list[_Range]] = LRUCache(4096)
+        # open range files, by row id: closed once evicted (or forgotten) *and* no read
+        # holds them, so a descriptor is never closed, and its number reused, under a pread
+        self._open: LeaseCache[int, _Open] = LeaseCache(OPEN_FILES, _Open.close)
         self._touched: dict[int, float] = {}
         self._last_flush = time.monotonic()
 
@@ -198,14 +203,8 @@ class NodeCache:
         """Write remembered hits, close open range files and the index."""
         self._after_fork()
         self.flush()
-        with self._lock:
-            fds = [o.fd for o in self._open.values()] + [fd for _, fd in self._retired]
-            self._open.clear()
-            self._retired.clear()
-            self._known.clear()
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._open.clear()
+        self._known.clear()
         with self._db_lock:
             self._db.close()
 
@@ -292,11 +291,7 @@ class NodeCache:
             ),
             key=lambda r: r.dlo,
         )
-        with self._lock:
-            self._known[xorb] = found
-            self._known.move_to_end(xorb)
-            while len(self._known) > 4096:
-                self._known.popitem(last=False)
+        self._known.put(xorb, found)
         return found
 
     @staticmethod
@@ -335,13 +330,13 @@ class NodeCache:
 
     # ---- reading -----------------------------------------------------------------------
 
-    def _fd(self, xorb: bytes, r: _Range) -> _Open | None:
+    def _fd(self, xorb: bytes, r: _Range) -> Lease[_Open] | None:
+        """A lease on the open file of range ``r`` (release it), or None when its file is
+        gone or damaged (then forgotten, or dropped)."""
         now = time.monotonic()
-        with self._lock:
-            op = self._open.get(r.rowid)
-            if op is not None:
-                self._open.move_to_end(r.rowid)
-        if op is not None:
+        lease = self._open.get(r.rowid)
+        if lease is not None:
+            op = lease.value
             if now - op.checked > 1.0:
                 # evicted meanwhile (by any process): stop holding its disk space
                 try:
@@ -349,10 +344,11 @@ class NodeCache:
                 except OSError:
                     gone = True
                 if gone:
+                    lease.release()
                     self._forget(xorb, r)
                     return None
                 op.checked = now
-            return op
+            return lease
         try:
             fd = os.open(self._path(xorb, r.cs, r.ce), os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -366,34 +362,15 @@ class NodeCache:
         except OSError:
             os.close(fd)
             return None
-        return self._keep(r.rowid, _Open(fd, bytearray(r.ce - r.cs), now))
-
-    def _keep(self, rowid: int, op: _Open) -> _Open:
-        now = time.monotonic()
-        with self._lock:
-            old = self._open.get(rowid)
-            if old is not None:
-                self._retired.append((now, op.fd))
-                return old
-            self._open[rowid] = op
-            while len(self._open) > OPEN_FILES:
-                # another thread may be in a pread with it: close it a while later
-                self._retired.append((now, self._open.popitem(last=False)[1].fd))
-            while self._retired and now - self._retired[0][0] > 30:
-                with contextlib.suppress(OSError):
-                    os.close(self._retired.pop(0)[1])
-        return op
+        return self._open.add(r.rowid, _Open(fd, bytearray(r.ce - r.cs), now))
 
     def _forget(self, xorb: bytes, r: _Range) -> None:
         """Stop using a range this process knew of (its file is gone or bad)."""
-        now = time.monotonic()
+        self._open.discard(r.rowid)  # closed when the reads holding it are done
         with self._lock:
-            op = self._open.pop(r.rowid, None)
-            if op is not None:
-                self._retired.append((now, op.fd))
-            known = self._known.get(xorb)
+            known = self._known.peek(xorb)
             if known is not None:
-                self._known[xorb] = [k for k in known if k.rowid != r.rowid]
+                self._known.put(xorb, [k for k in known if k.rowid != r.rowid])
             self._touched.pop(r.rowid, None)
 
     def _drop(self, xorb: bytes, r: _Range) -> None:
@@ -449,9 +426,17 @@ class NodeCache:
     def _read_one(
         self, xorb: bytes, r: _Range, layout: ChunkLayout, a: int, b: int
     ) -> bytes | None:
-        op = self._fd(xorb, r)
-        if op is None:
+        lease = self._fd(xorb, r)
+        if lease is None:
             return None
+        try:
+            return self._read_leased(xorb, r, lease.value, layout, a, b)
+        finally:
+            lease.release()
+
+    def _read_leased(
+        self, xorb: bytes, r: _Range, op: _Open, layout: ChunkLayout, a: int, b: int
+    ) -> bytes | None:
         offs = layout.data_offsets
         c0 = bisect.bisect_right(offs, a) - 1
         c1 = bisect.bisect_left(offs, b)
@@ -516,13 +501,14 @@ class NodeCache:
             return False
         self.stored_bytes += n
         r = _Range(rowid, cs, ce, dlo, dlo + n)
-        self._keep(rowid, _Open(fd, bytearray(b"\x01" * (ce - cs)), time.monotonic()))
+        # cached for the reads to come (this write held it only while adding it)
+        self._open.add(rowid, _Open(fd, bytearray(b"\x01" * (ce - cs)), time.monotonic())).release()
         with self._lock:
-            known = self._known.get(xorb)
+            known = self._known.peek(xorb)
             if known is not None:
                 known = [k for k in known if not (k.cs >= cs and k.ce <= ce)]
                 bisect.insort(known, r, key=lambda k: k.dlo)
-                self._known[xorb] = known
+                self._known.put(xorb, known)
         return True
 
     def _write_tmp(self, views: list[memoryview], n: int) -> tuple[int, str]:
@@ -602,15 +588,13 @@ class NodeCache:
             return
         with self._lock:
             for vx, vcs, vce in victims:
-                known = self._known.get(vx)
+                known = self._known.peek(vx)
                 if known is None:
                     continue
                 for k in known:
                     if k.cs == vcs and k.ce == vce:
-                        op = self._open.pop(k.rowid, None)
-                        if op is not None:
-                            self._retired.append((time.monotonic(), op.fd))
-                self._known[vx] = [k for k in known if not (k.cs == vcs and k.ce == vce)]
+                        self._open.discard(k.rowid)  # closed when its readers are done
+                self._known.put(vx, [k for k in known if not (k.cs == vcs and k.ce == vce)])
 
     def _release(self, rowid: int) -> None:
         """Give back a reservation whose file could not be written."""
