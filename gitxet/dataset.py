@@ -500,6 +500,7 @@ class HttpAccess:
                 offline=offline,
                 token_lookup=settings.token_for,
                 read_ahead=settings.prefetch_bytes,
+                cas_url=settings.cas_url,
             )
             return build(url)
 

@@ -32,6 +32,7 @@ PREFETCH_ENV = "GITXET_PREFETCH"
 STATE_DIR_ENV = "GITXET_STATE_DIR"
 TOKEN_ENV = "GITXET_TOKEN"
 LAZY_ENV = "GITXET_LAZY"
+CAS_URL_ENV = "GITXET_CAS_URL"
 
 #: Every variable of this module: (name, what it sets, its default). docs/cli.md's
 #: "Configuration" section is generated from this table.
@@ -51,6 +52,12 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     ),
     (TOKEN_ENV, "the token for gitxet servers; beats the keyring (see Tokens)", "none"),
     (LAZY_ENV, "leave pointers on checkout, like `xet.lazy` (a boolean)", "`xet.lazy`"),
+    (
+        CAS_URL_ENV,
+        "read file data through this cache tier (`git xet serve --upstream`) instead of the "
+        "repository's CAS; git traffic and pushes still go to the origin",
+        "none",
+    ),
 )
 
 DEFAULT_CACHE_BYTES = 10 << 30  # the node cache's cap
@@ -82,6 +89,28 @@ def parse_size(text: str) -> int:
     if value > MAX_SIZE:
         raise ConfigError(f"size too large: {text!r}")
     return value
+
+
+def check_cas_url(url: str) -> str:
+    """``url`` (a cache tier's base URL, ``--cas-url``/``GITXET_CAS_URL``) without a
+    trailing slash.
+
+    Raises:
+        ConfigError: not an http(s) URL, or it carries credentials, a query or a fragment.
+    """
+    try:
+        s = urllib.parse.urlsplit(url.strip())
+    except ValueError:
+        s = None
+    if s is None or s.scheme not in ("http", "https") or not s.hostname:
+        raise ConfigError(
+            f"not a cache tier URL: {strip_credentials(url)!r} (use http(s)://host:port)"
+        )
+    if s.username or s.password or s.query or s.fragment:
+        raise ConfigError(
+            f"a cache tier URL takes no credentials, query or fragment: {strip_credentials(url)!r}"
+        )
+    return url.strip().rstrip("/")
 
 
 def _size(text: str | None, default: int) -> int:
@@ -267,6 +296,8 @@ class Settings:
     token: str | None = field(default=None, repr=False)
     env_token: str | None = field(default=None, repr=False)
     use_keyring: bool = True
+    #: a cache tier to read file data through (``GITXET_CAS_URL``), or None: the origin
+    cas_url: str | None = None
 
     @classmethod
     def load(
@@ -279,14 +310,16 @@ class Settings:
         token: str | None = None,
         env: Mapping[str, str] | None = None,
         use_keyring: bool = True,
+        cas_url: str | None = None,
     ) -> Settings:
         """Settings from explicit values, else the environment (``env``, default
         ``os.environ``), else the defaults.
 
         Raises:
-            ConfigError: a malformed size.
+            ConfigError: a malformed size or cache tier URL.
         """
         e = os.environ if env is None else env
+        tier = cas_url or e.get(CAS_URL_ENV) or None
         return cls(
             cache_dir=cache_root(cache_dir, e),
             cache_bytes=_size(cache_size or e.get(CACHE_SIZE_ENV), DEFAULT_CACHE_BYTES),
@@ -295,6 +328,7 @@ class Settings:
             token=token or None,
             env_token=e.get(TOKEN_ENV) or None,
             use_keyring=use_keyring,
+            cas_url=check_cas_url(tier) if tier else None,
         )
 
     def with_token(self, token: str | None) -> Settings:

@@ -23,9 +23,12 @@ def settings(
     *,
     token: str | None = None,
     prefetch: str | None = None,
+    cas_url: str | None = None,
 ) -> Settings:
     """Settings of this command: its options > the environment > the defaults."""
-    return Settings.load(cache_dir=cache_dir, cache_size=cache_size, prefetch=prefetch, token=token)
+    return Settings.load(
+        cache_dir=cache_dir, cache_size=cache_size, prefetch=prefetch, token=token, cas_url=cas_url
+    )
 
 
 def http_access(
@@ -35,14 +38,16 @@ def http_access(
     offline: bool = False,
     token: str | None = None,
     prefetch: str | None = None,
+    cas_url: str | None = None,
 ) -> HttpAccess:
     """Access to http(s) repositories for mount, warmup and the plugins.
 
-    ``token`` (e.g. a Docker volume option or a CSI secret) beats the environment/keyring.
+    ``token`` (e.g. a Docker volume option or a CSI secret) beats the environment/keyring;
+    ``cas_url`` (``--cas-url``) beats ``GITXET_CAS_URL``.
     """
     from gitxet.dataset import HttpAccess
 
-    s = settings(cache_dir, cache_size, token=token, prefetch=prefetch)
+    s = settings(cache_dir, cache_size, token=token, prefetch=prefetch, cas_url=cas_url)
     return HttpAccess.from_settings(s, offline=offline)
 
 

@@ -48,7 +48,8 @@ def csi_cmd(
 ) -> None:
     """Serve the CSI Identity and Node services: pods mount dataset commits read-only.
 
-    Volume attributes: repo, commit (required), subdir, cacheSize, prefetch; the token comes
+    Volume attributes: repo, commit (required), subdir, cacheSize, prefetch, cas (a cache
+    tier to read data through); the token comes
     from the volume's nodePublishSecretRef (key: token). Mounts run as their own processes
     and share one chunk cache; a restarted plugin adopts them. See
     docs/operations/kubernetes.md.

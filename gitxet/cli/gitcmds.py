@@ -373,12 +373,25 @@ def clone_cmd(
         bool, typer.Option("--lazy", help="Leave pointers; fetch data on checkout.")
     ] = False,
     branch: Annotated[str | None, typer.Option("--branch", "-b", help="Branch or tag.")] = None,
+    cas_url: Annotated[
+        str | None,
+        typer.Option(
+            "--cas-url",
+            help="Read file data through this cache tier (git xet serve --upstream); git "
+            "still clones from SRC (GITXET_CAS_URL).",
+        ),
+    ] = None,
 ) -> None:
     """Clone a repository and materialize its large files (or leave pointers with --lazy)."""
     if not _looks_remote(src) and not os.path.exists(src):
         from gitxet.errors import NotFoundError
 
         raise NotFoundError(f"no repository at {src}")
+    if cas_url is not None:
+        from gitxet.settings import CAS_URL_ENV, check_cas_url
+
+        # this process and the filters git runs for the clone read through the tier
+        os.environ[CAS_URL_ENV] = check_cas_url(cas_url)
     program = _program()
     args = [
         "clone",

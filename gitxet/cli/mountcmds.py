@@ -56,6 +56,14 @@ ReadAroundOpt = Annotated[
         help="After a small read, put the rest of its chunk in the page cache (FUSE).",
     ),
 ]
+CasUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cas-url",
+        help="Read file data through this cache tier (git xet serve --upstream); "
+        "git metadata still comes from REPO (GITXET_CAS_URL).",
+    ),
+]
 OfflineOpt = Annotated[
     bool, typer.Option("--offline", help="Serve only from the cache; a miss is an I/O error.")
 ]
@@ -69,12 +77,13 @@ def _open_fs(  # type: ignore[no-untyped-def]
     cache_size: str | None = None,
     offline: bool = False,
     prefetch: str | None = None,
+    cas_url: str | None = None,
 ):
     """(dataset, full sha, CommitFS) of ``commit`` in ``repo``, through the one resolver."""
     from gitxet.cli._env import http_access
     from gitxet.dataset import open_commit
 
-    access = http_access(cache_dir, cache_size, offline=offline, prefetch=prefetch)
+    access = http_access(cache_dir, cache_size, offline=offline, prefetch=prefetch, cas_url=cas_url)
     opened = open_commit(repo, commit, subdir or "", access)
     return opened.dataset, opened.commit, opened.fs
 
@@ -111,6 +120,7 @@ def mount_cmd(
     cache_size: CacheSizeOpt = None,
     offline: OfflineOpt = False,
     prefetch: PrefetchOpt = None,
+    cas_url: CasUrlOpt = None,
     read_around: ReadAroundOpt = True,
     nonempty: Annotated[
         bool,
@@ -163,7 +173,7 @@ def mount_cmd(
     from gitxet.mount.runner import normalize_mountpoint
 
     mnt = normalize_mountpoint(os.path.abspath(mountpoint))
-    cache = (cache_dir, cache_size, offline, prefetch)
+    cache = (cache_dir, cache_size, offline, prefetch, cas_url)
     if fuse_takeover is not None:
         # a serving process started by the supervisor: the mount exists already (and a stat
         # of it would wait for this very process)
@@ -191,14 +201,18 @@ def mount_cmd(
         from gitxet.cli._env import http_access
         from gitxet.dataset import open_dataset
 
-        access = http_access(cache_dir, cache_size, offline=offline, prefetch=prefetch)
+        access = http_access(
+            cache_dir, cache_size, offline=offline, prefetch=prefetch, cas_url=cas_url
+        )
         _repair_dead(mnt, dead, repo, open_dataset(repo, access).resolve(commit), nonempty)
     if not foreground and not nfs:
         # the daemon opens the commit itself: here only check that repo and commit resolve
         from gitxet.cli._env import http_access
         from gitxet.dataset import open_dataset
 
-        access = http_access(cache_dir, cache_size, offline=offline, prefetch=prefetch)
+        access = http_access(
+            cache_dir, cache_size, offline=offline, prefetch=prefetch, cas_url=cas_url
+        )
         ds = open_dataset(repo, access)
         sha = ds.resolve(commit)
         ds.check_subdir(sha, subdir or "")  # a bad --subdir fails here, not in the daemon
@@ -371,12 +385,13 @@ def nfs_serve_cmd(
     cache_dir: CacheDirOpt = None,
     cache_size: CacheSizeOpt = None,
     offline: OfflineOpt = False,
+    cas_url: CasUrlOpt = None,
 ) -> None:
     """Serve a commit over NFSv3 only (no OS mount); prints an nfs:// URL."""
     from gitxet.mount.nfs.handle import fsid_for
     from gitxet.mount.nfs.server import NFSServer
 
-    _, sha, fs = _open_fs(repo, commit, subdir, cache_dir, cache_size, offline)
+    _, sha, fs = _open_fs(repo, commit, subdir, cache_dir, cache_size, offline, cas_url=cas_url)
     server = NFSServer(fs, host, port, None, fsid=fsid_for(sha))
     server.start()
     typer.echo(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}", err=True)
@@ -549,13 +564,26 @@ def warmup_cmd(
     ] = None,
     cache_dir: CacheDirOpt = None,
     cache_size: CacheSizeOpt = None,
+    cas_url: Annotated[
+        str | None,
+        typer.Option(
+            "--cas-url",
+            help="Fill this cache tier (git xet serve --upstream) instead of the local cache: "
+            "every range is fetched through it (verified here, not kept); REPO must be http(s).",
+        ),
+    ] = None,
 ) -> None:
     """Fetch and verify the given paths of a commit into the shared cache, so later
-    mounts (also --offline ones) are served from it."""
+    mounts (also --offline ones) are served from it; with --cas-url, into a cache tier,
+    so the nodes reading through it later make the origin serve nothing."""
     from gitxet.cli._progress import byte_progress
     from gitxet.vfs.nodes import NodeKind
 
-    _, sha, fs = _open_fs(repo, commit, None, cache_dir, cache_size)
+    if cas_url is not None and not repo.startswith(("http://", "https://")):
+        raise typer.BadParameter(
+            "a cache tier caches an http(s) repository: give its URL", param_hint="REPO"
+        )
+    _, sha, fs = _open_fs(repo, commit, None, cache_dir, cache_size, cas_url=cas_url)
     todo: list[int] = []
 
     def walk(ino: int) -> None:
@@ -571,6 +599,9 @@ def warmup_cmd(
             walk(a.ino)
         else:
             todo.append(a.ino)
+    if cas_url is not None:
+        _warm_tier(repo, cas_url, cache_dir, cache_size, fs, todo, sha)
+        return
     total = sum(fs.getattr(i).size for i in todo)
     with byte_progress("warming", total) as advance:
         for ino in todo:
@@ -583,3 +614,40 @@ def warmup_cmd(
                 off += n
                 advance(n)
     typer.echo(f"git-xet: {len(todo)} files, {total:,} bytes verified at {sha[:12]}", err=True)
+
+
+def _warm_tier(  # type: ignore[no-untyped-def]
+    repo: str,
+    cas_url: str,
+    cache_dir: str | None,
+    cache_size: str | None,
+    fs,
+    todo: list[int],
+    sha: str,
+) -> None:
+    """Fetch every range of the pointer files ``todo`` through the tier (which keeps them),
+    verifying them here without keeping them; never from the origin."""
+    from gitxet.cli._env import http_access
+    from gitxet.cli._progress import byte_progress
+    from gitxet.data.remote_source import HttpCASRemote
+    from gitxet.hashing import from_hex
+
+    pointers = [ptr for ptr in (fs.pointer(i) for i in todo) if ptr is not None]
+    hashes = list(dict.fromkeys(from_hex(ptr.xet_hash) for ptr in pointers if ptr.size))
+    access = http_access(cache_dir, cache_size, cas_url=cas_url)
+    assert access.remote_factory is not None
+    remote = access.remote_factory(repo)
+    source = remote.tier_source() if isinstance(remote, HttpCASRemote) else None
+    if source is None:
+        raise typer.BadParameter(f"{strip_credentials(repo)} has no CAS a tier can cache")
+    total = sum(ptr.size for ptr in {ptr.xet_hash: ptr for ptr in pointers}.values())
+    try:
+        with byte_progress("warming the tier", total) as advance:
+            moved = source.warm(hashes, advance, store=False)
+    finally:
+        source.close()
+    typer.echo(
+        f"git-xet: {len(hashes)} files, {moved:,} bytes through the tier {cas_url} "
+        f"at {sha[:12]} (verified)",
+        err=True,
+    )

@@ -45,8 +45,9 @@ def docker_plugin_cmd(
     """Docker volume plugin: containers mount dataset commits read-only.
 
     Volume options: repo, commit (pinned at create), subdir, token or token_file,
-    cache_size, prefetch. Mounts run as their own processes and outlive the plugin; a
-    restarted plugin adopts them. See docs/operations/docker.md.
+    cache_size, prefetch, cas (a cache tier to read data through). Mounts run as their own
+    processes and outlive the plugin; a restarted plugin adopts them. See
+    docs/operations/docker.md.
     """
     import logging
 

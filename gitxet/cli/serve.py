@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gitxet.errors import ConfigError
 from gitxet.settings import TOKEN_ENV, server_key
+
+if TYPE_CHECKING:
+    from gitxet.server.limits import Limits
 
 RootOpt = Annotated[
     str, typer.Option("--root", help="Server data directory (repos, tokens, local CAS).")
@@ -46,7 +50,26 @@ def _size(text: str) -> int:
 
 
 def serve_cmd(
-    root: RootOpt,
+    root: Annotated[
+        str | None,
+        typer.Option(
+            "--root", help="Server data directory (repos, tokens, local CAS); not with --upstream."
+        ),
+    ] = None,
+    upstream: Annotated[
+        str | None,
+        typer.Option(
+            help="Run a read-through cache tier in front of this origin CAS URL (no repos, "
+            "no tokens, no uploads); clients choose it with --cas-url or GITXET_CAS_URL.",
+        ),
+    ] = None,
+    cache_dir: Annotated[
+        str | None,
+        typer.Option("--cache-dir", help="With --upstream: where the tier keeps verified ranges."),
+    ] = None,
+    cache_size: Annotated[
+        str, typer.Option("--cache-size", help="With --upstream: cap of the tier's cache (LRU).")
+    ] = "10G",
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8080,
     storage: Annotated[
@@ -93,12 +116,19 @@ def serve_cmd(
         typer.Option(
             "--metrics",
             metavar="ADDR",
-            help="Serve Prometheus metrics (requests by operation: push, clone, CAS calls) at "
+            help="Serve Prometheus metrics (requests by operation: push, clone, CAS calls; "
+            "a tier's hits, misses, bytes from the origin and served) at "
             "http://ADDR/metrics, an address of its own (127.0.0.1 if no host).",
         ),
     ] = None,
 ) -> None:
-    """Serve git repositories and the Xet CAS API over HTTP (Ctrl-C stops gracefully)."""
+    """Serve git repositories and the Xet CAS API over HTTP (Ctrl-C stops gracefully).
+
+    With --upstream URL it serves no repositories: it is a read-through cache tier for the
+    origin at URL (the same CAS read API; every read is authorised by the origin with the
+    client's own token; each range is fetched from the origin once, verified, cached in
+    --cache-dir up to --cache-size). See docs/operations/cache-tier.md.
+    """
     import logging
 
     from gitxet.cli._errors import require
@@ -123,6 +153,17 @@ def serve_cmd(
         )
     except ConfigError as e:
         raise typer.BadParameter(str(e)) from None
+    if upstream is not None:
+        if root is not None or storage is not None:
+            raise typer.BadParameter("--upstream serves no repositories: drop --root/--storage")
+        _serve_tier(
+            upstream, cache_dir, cache_size, host, port, public_url, url_ttl, limits, metrics
+        )
+        return
+    if root is None:
+        raise typer.BadParameter("give --root (a server) or --upstream (a cache tier)")
+    if cache_dir is not None:
+        raise typer.BadParameter("--cache-dir is for a cache tier (--upstream)")
     cfg = ServerConfig(
         root=root,
         host=host,
@@ -144,6 +185,51 @@ def serve_cmd(
         state.service.backend.description,
     )
     serve(cfg, state)
+
+
+def _serve_tier(
+    upstream: str,
+    cache_dir: str | None,
+    cache_size: str,
+    host: str,
+    port: int,
+    public_url: str | None,
+    url_ttl: int,
+    limits: Limits,
+    metrics: str | None,
+) -> None:
+    import logging
+
+    from gitxet.server.run import TierConfig, build_tier_state, serve_tier
+    from gitxet.settings import check_cas_url, strip_credentials
+
+    if cache_dir is None:
+        raise typer.BadParameter("a cache tier needs --cache-dir")
+    try:
+        origin = check_cas_url(upstream)
+    except ConfigError as e:
+        raise typer.BadParameter(str(e), param_hint="--upstream") from None
+    cfg = TierConfig(
+        upstream=origin,
+        cache_dir=os.path.abspath(cache_dir),
+        cache_bytes=_size(cache_size),
+        host=host,
+        port=port,
+        public_url=public_url,
+        url_ttl=url_ttl,
+        limits=limits,
+        metrics=metrics,
+    )
+    state = build_tier_state(cfg)
+    logging.getLogger("gitxet.server").info(
+        "cache tier for %s on http://%s:%d (cache %s, cap %d bytes)",
+        strip_credentials(origin),
+        host,
+        port,
+        cfg.cache_dir,
+        cfg.cache_bytes,
+    )
+    serve_tier(cfg, state)
 
 
 def token_create_cmd(

@@ -21,6 +21,13 @@ smudge filter, ``git xet checkout`` and ``git xet clone``) reads through
 
 ``offline=True`` never touches the network: what is not cached raises
 :class:`CacheMissError`, so a pinned, warmed dataset is served without a server.
+
+Through a cache tier (``GITXET_CAS_URL``, ``--cas-url``: a ``git xet serve --upstream``
+between the nodes and the origin) the source talks to the tier and keeps the origin's
+client as a ``fallback``: when the tier cannot be talked to at all (refused, reset, timed
+out; not when it *answers* an error), the source logs one warning and reads from the origin
+from then on, trying the tier again (a ``/healthz`` probe) every :data:`TIER_RETRY` seconds.
+The data is content-addressed and verified either way, so only the path changes.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import bisect
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import threading
@@ -36,6 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gitxet.data.reconstruct import Segment
 from gitxet.errors import (
@@ -44,6 +53,7 @@ from gitxet.errors import (
     FormatError,
     GitxetError,
     IntegrityError,
+    RemoteError,
     XorbNotFoundError,
 )
 from gitxet.formats import shard as shardfmt
@@ -55,6 +65,8 @@ from gitxet.settings import DEFAULT_PREFETCH_BYTES, strip_credentials
 from gitxet.store.nodecache import NodeCache, cache_total
 from gitxet.util.atomic import atomic_write
 from gitxet.util.lru import LRUCache
+
+_T = TypeVar("_T")
 
 # Fetch URLs are signed and expire; re-ask for them well before a typical expiry.
 URL_TTL = 300.0
@@ -68,6 +80,10 @@ MAX_WINDOW = DEFAULT_PREFETCH_BYTES
 _MAX_XORB_ENTRIES = 16384
 #: parallel range fetches per source
 FETCH_WORKERS = 8
+#: seconds after falling back to the origin before the cache tier is probed again
+TIER_RETRY = 60.0
+
+log = logging.getLogger(__name__)
 
 
 class CacheMissError(GitxetError):
@@ -133,8 +149,14 @@ class RemoteChunkSource:
         max_window: int = MAX_WINDOW,
         workers: int = FETCH_WORKERS,
         unit: int = UNIT,
+        fallback: CASClient | None = None,
+        has_locations: bool | None = None,
     ) -> None:
+        #: where reads go now: the server (or the cache tier, until it fails)
         self.client = client
+        self._tier = client if fallback is not None else None
+        self._fallback = fallback
+        self._fell_back_at = 0.0
         self.cache = cache
         self.shard_dir = shard_dir
         self.offline = offline
@@ -151,8 +173,9 @@ class RemoteChunkSource:
         # per xorb, bounded: each is asked for again when it is needed after an eviction
         self._urls: LRUCache[bytes, tuple[float, list[p.FetchInfo]]] = LRUCache(_MAX_XORB_ENTRIES)
         self._locations: LRUCache[bytes, tuple[float, p.XorbLocation]] = LRUCache(_MAX_XORB_ENTRIES)
-        self._no_locations = False  # the server has no xorb locations (not a gitxet server)
-        self._locations_ok = False  # it has
+        # the server has no xorb locations (not a gitxet server) / it has; None: find out
+        self._no_locations = has_locations is False
+        self._locations_ok = has_locations is True
         self._inflight: dict[bytes, dict[tuple[int, int], _Job]] = {}
         #: decoded bytes fetched from the server by this source
         self.fetched_bytes = 0
@@ -165,6 +188,63 @@ class RemoteChunkSource:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+    # ---- the cache tier and its fallback -------------------------------------------------
+
+    def _reader(self) -> CASClient:
+        """The client to ask now: the tier, or the origin while the tier is down (probed
+        again every :data:`TIER_RETRY` seconds)."""
+        client = self.client
+        tier = self._tier
+        if tier is None or client is tier:
+            return client
+        now = time.monotonic()
+        with self._lock:
+            due = now - self._fell_back_at >= TIER_RETRY
+            if due:
+                self._fell_back_at = now  # one probe per period, whoever comes first
+        if due and tier.healthy():
+            with self._lock:
+                self.client = tier
+                self._locations.clear()
+                self._urls.clear()
+            log.warning("the cache tier %s answers again: reading through it", tier.endpoint)
+            return tier
+        return client
+
+    def _tier_failed(self, used: CASClient, exc: BaseException) -> bool:
+        """Whether ``exc`` (raised by ``used``) means the cache tier cannot be talked to; if
+        so, reads go to the origin from now on (the caller asks again)."""
+        fallback = self._fallback
+        if fallback is None or used is fallback or not isinstance(exc, RemoteError):
+            return False
+        if isinstance(exc, AuthError) or exc.status is not None:
+            return False  # the tier answered: its answer stands
+        with self._lock:
+            if self.client is fallback:
+                return True  # another thread switched already
+            self.client = fallback
+            self._fell_back_at = time.monotonic()
+            # locations name the tier's URLs and byte offsets; chunk layouts stay valid
+            self._locations.clear()
+            self._urls.clear()
+        log.warning(
+            "the cache tier %s cannot be reached (%s): reading from the origin %s instead",
+            used.endpoint,
+            exc,
+            fallback.endpoint,
+        )
+        return True
+
+    def _call(self, fn: Callable[[CASClient], _T]) -> _T:
+        """``fn(client)`` with the reader, once more with the origin if the tier is down."""
+        used = self._reader()
+        try:
+            return fn(used)
+        except RemoteError as e:
+            if not self._tier_failed(used, e):
+                raise
+        return fn(self.client)
 
     # ---- descriptions ------------------------------------------------------------------
 
@@ -185,7 +265,7 @@ class RemoteChunkSource:
         if self.offline:
             raise CacheMissError(f"file {to_hex(file_hash)} is not in the cache (offline)")
         try:
-            shard = self.client.get_file_shard(file_hash)
+            shard = self._call(lambda c: c.get_file_shard(file_hash))
         except FileNotFoundInCASError:
             return None
         atomic_write(self._shard_path(file_hash), shardfmt.serialize_shard(shard), durable=False)
@@ -195,7 +275,7 @@ class RemoteChunkSource:
         """The server's global-dedup answer for a chunk (None offline or when unknown)."""
         if self.offline:
             return None
-        return self.client.query_chunk(chunk_hash_)
+        return self._call(lambda c: c.query_chunk(chunk_hash_))
 
     def file_info(self, file_hash: bytes) -> shardfmt.FileInfo | None:
         with self._lock:
@@ -389,16 +469,22 @@ class RemoteChunkSource:
         return job.future
 
     def warm(
-        self, file_hashes: Sequence[bytes], progress: Callable[[int], None] | None = None
+        self,
+        file_hashes: Sequence[bytes],
+        progress: Callable[[int], None] | None = None,
+        *,
+        store: bool = True,
     ) -> int:
         """Fetch into the cache every range of the given files it lacks, in parallel;
-        returns the bytes fetched.
+        returns the bytes fetched. ``store=False`` fetches (and verifies) without keeping
+        the data: what fills a cache tier this source reads through.
 
         Raises:
             FileNotFoundInCASError: the server does not know a file.
         """
         before = self.fetched_bytes
         pending: list[tuple[Future[Segment], int]] = []
+        seen: set[tuple[bytes, int, int]] = set()  # a range several files share is fetched once
 
         def wait_one() -> None:
             fut, n = pending.pop(0)
@@ -419,11 +505,19 @@ class RemoteChunkSource:
                     else [(t.chunk_start, t.chunk_end)]
                 )
                 for cs, ce in spans:
-                    if self.cache.covers(t.xorb_hash, offs[cs], offs[ce]):
+                    if (t.xorb_hash, cs, ce) in seen:
+                        continue
+                    seen.add((t.xorb_hash, cs, ce))
+                    if store and self.cache.covers(t.xorb_hash, offs[cs], offs[ce]):
                         continue
                     while len(pending) >= 2 * self._workers:
                         wait_one()
-                    pending.append((self._schedule(t.xorb_hash, cs, ce), offs[ce] - offs[cs]))
+                    fut = (
+                        self._schedule(t.xorb_hash, cs, ce)
+                        if store
+                        else self._executor().submit(self._fetch, t.xorb_hash, cs, ce, False)
+                    )
+                    pending.append((fut, offs[ce] - offs[cs]))
         while pending:
             wait_one()
         return self.fetched_bytes - before
@@ -464,8 +558,25 @@ class RemoteChunkSource:
 
     def _fetch(self, xorb_hash: bytes, cs: int, ce: int, cache: bool) -> Segment:
         """Fetch chunks ``[cs, ce)`` (or an entry holding them) with one ranged GET, verify
-        every chunk, and store them in the cache if ``cache``."""
+        every chunk, and store them in the cache if ``cache`` (unless a fetch that just
+        ended stored them: then they are read from there)."""
         lay = self.layout(xorb_hash)
+        if cache:
+            offs = lay.data_offsets
+            held = self.cache.read(xorb_hash, lay, offs[cs], offs[ce])
+            if held is not None:
+                return Segment(offs[cs], [held])
+        used = self._reader()
+        try:
+            return self._fetch_from(used, xorb_hash, lay, cs, ce, cache)
+        except RemoteError as e:
+            if not self._tier_failed(used, e):
+                raise
+        return self._fetch_from(self.client, xorb_hash, lay, cs, ce, cache)
+
+    def _fetch_from(
+        self, client: CASClient, xorb_hash: bytes, lay: RemoteLayout, cs: int, ce: int, cache: bool
+    ) -> Segment:
         hx = to_hex(xorb_hash)
         began = time.monotonic()
         for attempt in range(2):
@@ -478,7 +589,7 @@ class RemoteChunkSource:
                 url, fcs, fce = entry.url, entry.chunk_start, entry.chunk_end
                 start, end = entry.byte_start, entry.byte_end
             try:
-                raw = self.client.fetch_xorb_range(url, start, end)
+                raw = client.fetch_xorb_range(url, start, end)
             except AuthError as e:
                 if e.status == 403 and attempt == 0:
                     continue  # the signed URL expired: ask for a fresh one
@@ -515,7 +626,7 @@ class RemoteChunkSource:
             if self._no_locations:
                 return None
         try:
-            loc = self.client.xorb_location(xorb_hash)
+            loc = self._call(lambda c: c.xorb_location(xorb_hash))
         except XorbNotFoundError:
             # a server that answered locations before does not store this xorb; one that
             # never did is not a gitxet server (or an old one): use reconstruction entries
@@ -540,7 +651,7 @@ class RemoteChunkSource:
         if cached is None or refresh or time.monotonic() - cached[0] >= URL_TTL:
             if fhash is None:
                 raise XorbNotFoundError(to_hex(xorb_hash))
-            rec = self.client.get_reconstruction(fhash)
+            rec = self._call(lambda c: c.get_reconstruction(fhash))
             now = time.monotonic()
             with self._lock:
                 for xhex, infos in rec.fetch.items():
@@ -555,13 +666,22 @@ class RemoteChunkSource:
 
 class HttpCASRemote:
     """A :class:`~gitxet.data.transfer.CASRemote` for a CAS server (push side), which also
-    offers a :class:`RemoteChunkSource` for reads."""
+    offers a :class:`RemoteChunkSource` for reads. With ``reads`` (a cache tier's client)
+    file data is read through the tier, falling back to ``client`` when the tier is down;
+    everything else (uploads, presence, shards for fetch) goes to ``client``."""
 
     def __init__(
-        self, client: CASClient, cache: NodeCache, shard_dir: str, *, max_window: int = MAX_WINDOW
+        self,
+        client: CASClient,
+        cache: NodeCache,
+        shard_dir: str,
+        *,
+        max_window: int = MAX_WINDOW,
+        reads: CASClient | None = None,
     ) -> None:
         self.name = client.endpoint
         self.client = client
+        self.reads = reads
         self.cache = cache
         self.shard_dir = shard_dir
         self.max_window = max_window
@@ -584,10 +704,26 @@ class HttpCASRemote:
 
     def chunk_source(self) -> RemoteChunkSource:
         if self._source is None:
-            self._source = RemoteChunkSource(
-                self.client, self.cache, self.shard_dir, max_window=self.max_window
-            )
+            if self.reads is not None:
+                self._source = RemoteChunkSource(
+                    self.reads,
+                    self.cache,
+                    self.shard_dir,
+                    max_window=self.max_window,
+                    fallback=self.client,
+                )
+            else:
+                self._source = RemoteChunkSource(
+                    self.client, self.cache, self.shard_dir, max_window=self.max_window
+                )
         return self._source
+
+    def tier_source(self) -> RemoteChunkSource | None:
+        """A source reading through the cache tier only, without falling back to the
+        origin (what fills the tier: ``git xet warmup --cas-url``); None without a tier."""
+        if self.reads is None:
+            return None
+        return RemoteChunkSource(self.reads, self.cache, self.shard_dir, max_window=0)
 
 
 def _endpoint_record(root: str, url: str) -> str:
@@ -646,10 +782,13 @@ def http_remote_factory(
     token: str | None = None,
     token_lookup: Callable[[str], str | None] | None = None,
     read_ahead: int = MAX_WINDOW,
+    cas_url: str | None = None,
 ) -> Callable[[str], HttpCASRemote]:
     """Build the CAS remote of an http(s) git URL: discovery, token, the shared node cache
     under ``root``. Offline, the endpoint found by an earlier online use is reused.
-    ``read_ahead`` is the largest read-ahead window of sequential readers."""
+    ``read_ahead`` is the largest read-ahead window of sequential readers; ``cas_url`` a
+    cache tier file data is read through (with the same token; the origin is the
+    fallback)."""
 
     def make(url: str) -> HttpCASRemote:
         from gitxet.remote.client import discover
@@ -670,8 +809,11 @@ def http_remote_factory(
             tok = tok or found.access_token
             atomic_write(record, json.dumps({"cas_url": endpoint}).encode(), durable=False)
         client = CASClient(endpoint, tok)
+        reads = CASClient(cas_url, tok) if cas_url and not offline else None
         cache = open_node_cache(root, max_bytes)
-        remote = HttpCASRemote(client, cache, os.path.join(root, "shards"), max_window=read_ahead)
+        remote = HttpCASRemote(
+            client, cache, os.path.join(root, "shards"), max_window=read_ahead, reads=reads
+        )
         if offline:
             remote.chunk_source().offline = True
         return remote

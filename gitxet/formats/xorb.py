@@ -49,8 +49,10 @@ __all__ = [
     "decompress_chunk",
     "fits_in_xorb",
     "footer_size",
+    "frame_plain",
     "parse_footer",
     "parse_xorb",
+    "plain_offsets",
     "serialize_xorb",
     "serialized_size_bound",
     "split_footer",
@@ -340,6 +342,31 @@ def chunk_boundaries(body: BytesLike) -> tuple[list[int], list[int]]:
         byte_offsets.append(start + clen)
         unpacked.append(unpacked[-1] + ulen)
     return byte_offsets, unpacked
+
+
+def plain_offsets(data_offsets: Sequence[int]) -> tuple[int, ...]:
+    """Where each chunk starts in the xorb's *plain* serialization (every chunk stored with
+    scheme NONE), from where it starts in the decoded data: ``n + 1`` offsets."""
+    return tuple(off + CHUNK_HEADER_SIZE * i for i, off in enumerate(data_offsets))
+
+
+def frame_plain(chunks: Sequence[BytesLike]) -> list[BytesLike]:
+    """Decoded chunks as the pieces (header, payload, header, ...) of their plain
+    serialization: what a cache tier sends for a range it holds decoded (the payloads are
+    not copied). The chunk hashes do not depend on the framing, so the xorb hash is the same.
+
+    Raises:
+        ValueError: an empty or oversized chunk.
+    """
+    out: list[BytesLike] = []
+    pack = _HEADER.pack
+    for c in chunks:
+        n = len(c)
+        if not 0 < n <= MAX_CHUNK_BYTES:
+            raise ValueError(f"chunk length {n} outside 1..{MAX_CHUNK_BYTES}")
+        out.append(pack(n << 8, int(Scheme.NONE) | n << 8))
+        out.append(c)
+    return out
 
 
 def serialized_size_bound(raw_bytes: int, num_chunks: int) -> int:

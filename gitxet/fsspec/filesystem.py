@@ -44,10 +44,14 @@ def _shared_pool(
     token: str | None = None,
     cache_dir: str | None = None,
     cache_size: str | None = None,
+    cas_url: str | None = None,
 ) -> CommitPool:
     """The pool for these options, with the CLI's settings (``gitxet.settings``): the same
-    cache directory, cache cap and token lookup under every variable the CLI honours."""
-    settings = Settings.load(cache_dir=cache_dir, cache_size=cache_size, token=token)
+    cache directory, cache cap, cache tier and token lookup under every variable the CLI
+    honours."""
+    settings = Settings.load(
+        cache_dir=cache_dir, cache_size=cache_size, token=token, cas_url=cas_url
+    )
     key = (cache_bytes, max_commits, settings)
     with _pools_lock:
         pool = _pools.get(key)
@@ -79,6 +83,8 @@ class XetFileSystem(AbstractFileSystem):  # type: ignore[misc]
             created with the same options in this process).
         max_commits: commits kept open (LRU); one in use by an open file is never closed.
         block_size: the largest read-ahead of files opened here (default 8 MiB).
+        cas_url: a cache tier (``git xet serve --upstream``) to read file data through,
+            like ``GITXET_CAS_URL``; git metadata still comes from the repository's server.
 
     Errors: a missing path, repository or revision raises ``FileNotFoundError`` (the message
     says which); a malformed URL raises :class:`~gitxet.errors.URLFormatError` (a
@@ -99,12 +105,13 @@ class XetFileSystem(AbstractFileSystem):  # type: ignore[misc]
         token: str | None = None,
         cache_dir: str | None = None,
         cache_size: str | None = None,
+        cas_url: str | None = None,
         **storage_options: Any,
     ) -> None:
         if self._cached:
             return
         super().__init__(**storage_options)
-        self._pool = _shared_pool(cache_bytes, max_commits, token, cache_dir, cache_size)
+        self._pool = _shared_pool(cache_bytes, max_commits, token, cache_dir, cache_size, cas_url)
         self._block_size = block_size
 
     # ---- paths ---------------------------------------------------------------------------

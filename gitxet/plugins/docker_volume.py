@@ -46,7 +46,7 @@ from gitxet.util.statelock import clear_stale_socket
 log = logging.getLogger("gitxet.plugins.docker")
 
 CONTENT_TYPE = "application/vnd.docker.plugins.v1.2+json"
-OPTIONS = ("repo", "commit", "subdir", "token", "token_file", "cache_size", "prefetch")
+OPTIONS = ("repo", "commit", "subdir", "token", "token_file", "cache_size", "prefetch", "cas")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
 _RECORD_VERSION = 1
 _RECORD_MAX_BYTES = 1 << 20  # a volume with thousands of mount IDs; refuse anything absurd
@@ -72,6 +72,7 @@ class Volume:
     has_token: bool = False  # a token lives in secrets/<name>
     cache_size: str | None = None
     prefetch: str | None = None
+    cas: str | None = None  # a cache tier the mount reads file data through
     created_at: float = 0.0
     mount_ids: builtins.list[str] = field(default_factory=builtins.list)
 
@@ -85,7 +86,7 @@ class Volume:
             "mounts": len(self.mount_ids),
             "auth": "token" if self.has_token else "token_file" if self.token_file else "none",
         }
-        for key in ("cache_size", "prefetch"):
+        for key in ("cache_size", "prefetch", "cas"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out
@@ -101,12 +102,15 @@ _VOLUME_TYPES: dict[str, tuple[type, ...]] = {
     "has_token": (bool,),
     "cache_size": (str, type(None)),
     "prefetch": (str, type(None)),
+    "cas": (str, type(None)),
     "created_at": (float, int),
     "mount_ids": (list,),
 }
 
 
 def _volume_from_body(body: Any, what: str) -> Volume:
+    if isinstance(body, dict):
+        body.setdefault("cas", None)  # volumes created before cache tiers
     fields = check_record(body, what, version=_RECORD_VERSION, types=_VOLUME_TYPES)
     if not all(isinstance(i, str) for i in fields["mount_ids"]):
         raise FormatError(what, "mount_ids must be strings")
@@ -295,6 +299,7 @@ class VolumeDriver:
             token=token,
             cache_size=vol.cache_size,
             prefetch=vol.prefetch,
+            cas=vol.cas,
         )
 
     def _live(self, vol: Volume) -> bool:
@@ -351,6 +356,7 @@ class VolumeDriver:
             token=token,
             cache_size=opts.get("cache_size"),
             prefetch=opts.get("prefetch"),
+            cas=opts.get("cas"),
         )
         try:
             validate_spec(spec, name)
@@ -369,6 +375,7 @@ class VolumeDriver:
             has_token="token" in opts or from_url,
             cache_size=spec.cache_size,
             prefetch=spec.prefetch,
+            cas=spec.cas,
             created_at=self.clock(),
         )
         with self._vol_lock(name):

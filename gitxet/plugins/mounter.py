@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from gitxet.dataset import HttpAccess
 from gitxet.errors import (
     AuthError,
+    ConfigError,
     FormatError,
     GitError,
     GitxetError,
@@ -44,13 +45,15 @@ from gitxet.errors import (
     RemoteError,
     RepoUnavailableError,
 )
-from gitxet.formats.record import parse_record
+from gitxet.formats.record import check_record, load_json_object
 from gitxet.mount import runner
 from gitxet.settings import (
     CACHE_DIR_ENV,
     CACHE_SIZE_ENV,
+    CAS_URL_ENV,
     PREFETCH_ENV,
     TOKEN_ENV,
+    check_cas_url,
     is_size,
     split_credentials,
 )
@@ -77,7 +80,8 @@ class MountSpec:
     """What to mount: a repository at a commit (branch, tag or sha), optionally one subdir.
 
     ``token`` authenticates against http(s) repositories; ``cache_size`` (e.g. ``"10GiB"``)
-    and ``prefetch`` (a mount daemon hint) tune the node cache.
+    and ``prefetch`` (a mount daemon hint) tune the node cache; ``cas`` is a cache tier the
+    daemon reads file data through (``GITXET_CAS_URL``).
     """
 
     repo: str
@@ -86,6 +90,7 @@ class MountSpec:
     token: str | None = field(default=None, repr=False)  # repr=False: never in a log line
     cache_size: str | None = None
     prefetch: str | None = None
+    cas: str | None = None
 
     def secured(self) -> MountSpec:
         """The same spec with credentials moved out of the repo URL into ``token`` (an
@@ -155,7 +160,7 @@ class RecoveryReport:
 def validate_spec(spec: MountSpec, target: str = "") -> None:
     """Raise :class:`MountSpecError` naming the first field of ``spec`` that is malformed."""
     where = target or "mount"
-    for name in ("repo", "commit", "subdir", "cache_size", "prefetch", "token"):
+    for name in ("repo", "commit", "subdir", "cache_size", "prefetch", "cas", "token"):
         value = getattr(spec, name)
         if value is None:
             continue
@@ -182,6 +187,11 @@ def validate_spec(spec: MountSpec, target: str = "") -> None:
         value = getattr(spec, name)
         if value is not None and not is_size(value):
             raise MountSpecError(where, name, f"{value!r} is not a size like 10GiB or 512M")
+    if spec.cas is not None:
+        try:
+            check_cas_url(spec.cas)
+        except ConfigError as exc:
+            raise MountSpecError(where, "cas", str(exc)) from None
     if spec.token is not None and not spec.token.strip():
         raise MountSpecError(where, "token", "is empty")
 
@@ -226,6 +236,7 @@ _RECORD_TYPES: dict[str, tuple[type, ...]] = {
     "subdir": (str,),
     "cache_size": (str, type(None)),
     "prefetch": (str, type(None)),
+    "cas": (str, type(None)),
     "commit_sha": (str,),
     "pid": (int,),
     "start_time": (int,),
@@ -256,6 +267,7 @@ class _Record:
             "subdir": self.spec.subdir,
             "cache_size": self.spec.cache_size,
             "prefetch": self.spec.prefetch,
+            "cas": self.spec.cas,
             "commit_sha": self.commit_sha,
             "pid": self.pid,
             "start_time": self.start_time,
@@ -266,9 +278,9 @@ class _Record:
 
     @classmethod
     def from_json(cls, data: bytes, what: str) -> _Record:
-        body = parse_record(
-            data, what, version=_RECORD_VERSION, types=_RECORD_TYPES, max_bytes=_RECORD_MAX_BYTES
-        )
+        raw = load_json_object(data, what, max_bytes=_RECORD_MAX_BYTES)
+        raw.setdefault("cas", None)  # records written before cache tiers
+        body = check_record(raw, what, version=_RECORD_VERSION, types=_RECORD_TYPES)
         if not _FULL_SHA.fullmatch(body["commit_sha"]):
             raise FormatError(what, "commit_sha is not a full sha")
         if body["pid"] <= 0 or body["start_time"] < 0:
@@ -281,6 +293,7 @@ class _Record:
             subdir=body["subdir"],
             cache_size=body["cache_size"],
             prefetch=body["prefetch"],
+            cas=body["cas"],
         )
         return cls(
             target=body["target"],
@@ -390,6 +403,7 @@ class SubprocessMounter:
             and want.subdir.strip("/") == have.subdir.strip("/")
             and want.cache_size == have.cache_size
             and want.prefetch == have.prefetch
+            and want.cas == have.cas
         ):
             return rec.info()
         raise MountError(
@@ -402,7 +416,11 @@ class SubprocessMounter:
         if spec.token is not None:
             env[TOKEN_ENV] = spec.token
         env[CACHE_DIR_ENV] = self.cache_dir
-        for name, value in ((CACHE_SIZE_ENV, spec.cache_size), (PREFETCH_ENV, spec.prefetch)):
+        for name, value in (
+            (CACHE_SIZE_ENV, spec.cache_size),
+            (PREFETCH_ENV, spec.prefetch),
+            (CAS_URL_ENV, spec.cas),
+        ):
             if value is None:
                 env.pop(name, None)
             else:

@@ -66,7 +66,7 @@ __all__ = ["CASClient", "RetryPolicy", "discover", "is_gitxet_server"]
 USER_AGENT = "gitxet"
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
-TokenSource = str | Callable[[], str] | None
+TokenSource = str | Callable[[], str | None] | None
 T = TypeVar("T")
 
 
@@ -296,7 +296,8 @@ class CASClient:
         h = {"User-Agent": USER_AGENT, p.SESSION_HEADER: self.session_id}
         if auth and self._token is not None:
             tok = self._token() if callable(self._token) else self._token
-            h["Authorization"] = f"Bearer {tok}"
+            if tok:  # a callable may have none for this request (a cache tier's client)
+                h["Authorization"] = f"Bearer {tok}"
         return h
 
     def _url(self, path: str) -> str:
@@ -344,6 +345,17 @@ class CASClient:
 
     def _error(self, resp: httpx.Response, what: str) -> RemoteError:
         return _status_error(resp.status_code, what, _detail(resp))
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        """Whether the endpoint answers ``GET /healthz`` with 200 within ``timeout`` seconds
+        (one try; any failure is "no")."""
+        try:
+            r = self.http.get(
+                self._url(p.HEALTHZ), headers=self._headers(auth=False), timeout=timeout
+            )
+        except httpx.HTTPError:
+            return False
+        return r.status_code == 200
 
     # ---- reconstruction and downloads --------------------------------------------------
 

@@ -61,7 +61,7 @@ from gitxet.server.signing import UrlSigner
 if TYPE_CHECKING:
     from gitxet.server.metrics import ServerMetrics
 
-__all__ = ["AppState", "create_app"]
+__all__ = ["AccessLog", "AppState", "create_app", "request_token"]
 
 access_log = logging.getLogger("gitxet.server.access")
 log = logging.getLogger("gitxet.server")
@@ -105,7 +105,7 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 # ---------------------------------------------------------------------------- helpers
 
 
-def _credential(request: Request) -> str | None:
+def request_token(request: Request) -> str | None:
     """The token from ``Authorization: Bearer`` or the password of Basic auth."""
     h = request.headers.get("authorization")
     if not h:
@@ -133,7 +133,7 @@ def _authorize(
     request: Request, need: str, repo: str | None = None, *, challenge: str = "Bearer"
 ) -> TokenRecord:
     state: AppState = request.app.state.gitxet
-    tok = _credential(request)
+    tok = request_token(request)
     hdr = {"WWW-Authenticate": f'{challenge} realm="gitxet"'}
     if tok is None:
         raise HttpError(401, "authentication required: send a gitxet token", hdr)
@@ -474,9 +474,9 @@ async def _git_or_404(request: Request) -> Response:
 
 def _discovery(request: Request, name: str) -> Response:
     doc = p.Discovery(_base_url(request))
-    if _credential(request) is not None:
+    if request_token(request) is not None:
         _authorize(request, "read", name, challenge="Basic")
-        tok = _credential(request)
+        tok = request_token(request)
         doc = p.Discovery(doc.cas_url, doc.token_hint, tok, int(time.time()) + 24 * 3600)
     return JSONResponse(doc.to_json(), headers={"Cache-Control": "no-store"})
 
@@ -566,9 +566,15 @@ def _handler(
 class AccessLog:
     """ASGI middleware: one structured line per request, without query strings or tokens."""
 
-    def __init__(self, app: ASGIApp, metrics: ServerMetrics | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        metrics: ServerMetrics | None = None,
+        log: logging.Logger = access_log,
+    ) -> None:
         self.app = app
         self.metrics = metrics
+        self.log = log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -591,7 +597,7 @@ class AccessLog:
                 self.metrics.observe(
                     scope.get("path", ""), info["status"], time.perf_counter() - t0, info["bytes"]
                 )
-            if access_log.isEnabledFor(logging.INFO):
+            if self.log.isEnabledFor(logging.INFO):
                 client = scope.get("client")
                 rec = {
                     "client": client[0] if client else None,
@@ -602,7 +608,7 @@ class AccessLog:
                     "ms": round((time.perf_counter() - t0) * 1000, 1),
                     "token": scope.get("state", {}).get("token_id"),
                 }
-                access_log.info(json.dumps(rec, separators=(",", ":")))
+                self.log.info(json.dumps(rec, separators=(",", ":")))
 
 
 # ---------------------------------------------------------------------------- assembly

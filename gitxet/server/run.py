@@ -22,11 +22,12 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from gitxet.errors import ConfigError
 from gitxet.server.app import AppState, create_app
@@ -40,15 +41,20 @@ from gitxet.server.signing import UrlSigner, load_or_create_key
 
 if TYPE_CHECKING:
     from gitxet.server.metrics import ServerMetrics
+    from gitxet.server.tierapp import TierState
 
 __all__ = [
     "BackgroundServer",
+    "BackgroundTier",
     "Limits",
     "ServerConfig",
+    "TierConfig",
     "build_state",
+    "build_tier_state",
     "create_repo",
     "repos_dir",
     "serve",
+    "serve_tier",
 ]
 
 log = logging.getLogger("gitxet.server")
@@ -95,6 +101,44 @@ def build_state(cfg: ServerConfig, backend: Backend | None = None) -> AppState:
     )
 
 
+@dataclass
+class TierConfig:
+    """Everything ``git xet serve --upstream`` takes (a read-through cache tier)."""
+
+    upstream: str
+    cache_dir: str
+    cache_bytes: int
+    host: str = "127.0.0.1"
+    port: int = 8080
+    public_url: str | None = None
+    url_ttl: int = 3600
+    graceful_timeout: float = 30.0
+    limits: Limits = field(default_factory=Limits)
+    metrics: str | None = None  # ADDR of a Prometheus endpoint, or None
+
+
+def build_tier_state(cfg: TierConfig) -> TierState:
+    """Open the tier's cache and signing key; nothing is asked of the origin yet."""
+    from gitxet.server.tier import TierService, tier_signer
+    from gitxet.server.tierapp import TierState
+
+    if not cfg.upstream.startswith(("http://", "https://")):
+        raise ConfigError(f"--upstream must be an http(s) URL, not {cfg.upstream!r}")
+    os.makedirs(cfg.cache_dir, exist_ok=True)
+    tier = TierService(cfg.upstream, cfg.cache_dir, cfg.cache_bytes)
+    metrics = _metrics()
+    if metrics is not None:
+        from gitxet.server.tier import register_tier_metrics
+
+        register_tier_metrics(metrics.registry, tier)
+    return TierState(
+        tier=tier,
+        signer=tier_signer(cfg.cache_dir, cfg.url_ttl),
+        public_url=cfg.public_url.rstrip("/") if cfg.public_url else None,
+        metrics=metrics,
+    )
+
+
 def _metrics() -> ServerMetrics | None:
     try:
         from gitxet.server.metrics import ServerMetrics
@@ -103,7 +147,7 @@ def _metrics() -> ServerMetrics | None:
     return ServerMetrics()
 
 
-def _serve_metrics(cfg: ServerConfig, state: AppState) -> Any:
+def _serve_metrics(cfg: ServerConfig | TierConfig, state: AppState | TierState) -> Any:
     """Start the metrics endpoint when ``cfg.metrics`` asks for one."""
     if not cfg.metrics:
         return None
@@ -112,9 +156,9 @@ def _serve_metrics(cfg: ServerConfig, state: AppState) -> Any:
     return state.metrics.serve(cfg.metrics)
 
 
-def _uvicorn_config(cfg: ServerConfig, state: AppState) -> uvicorn.Config:
+def _uvicorn_config(app: ASGIApp, cfg: ServerConfig | TierConfig) -> uvicorn.Config:
     return uvicorn.Config(
-        create_app(state),
+        app,
         host=cfg.host,
         port=cfg.port,
         access_log=False,
@@ -179,8 +223,28 @@ def serve(cfg: ServerConfig, state: AppState | None = None) -> None:
     state = state or build_state(cfg)
     _check_fd_limit(cfg.limits)
     sock = _listen(cfg, state)
+    _run(create_app(state), cfg, sock, state, state.service.backend.close)
+
+
+def serve_tier(cfg: TierConfig, state: TierState | None = None) -> None:
+    """Run a cache tier in the foreground until SIGINT/SIGTERM (graceful shutdown)."""
+    from gitxet.server.tierapp import create_tier_app
+
+    state = state or build_tier_state(cfg)
+    _check_fd_limit(cfg.limits)
+    sock = _bind(cfg.host, cfg.port)
+    _run(create_tier_app(state), cfg, sock, state, state.tier.close)
+
+
+def _run(
+    app: ASGIApp,
+    cfg: ServerConfig | TierConfig,
+    sock: socket.socket,
+    state: AppState | TierState,
+    close: Callable[[], None],
+) -> None:
     endpoint = _serve_metrics(cfg, state)
-    server = uvicorn.Server(_uvicorn_config(cfg, state))
+    server = uvicorn.Server(_uvicorn_config(app, cfg))
     try:
         server.run(sockets=[sock])
     finally:
@@ -188,20 +252,27 @@ def serve(cfg: ServerConfig, state: AppState | None = None) -> None:
             endpoint.shutdown()
             endpoint.server_close()
         sock.close()
-        state.service.backend.close()
+        close()
 
 
-class BackgroundServer:
-    """The server on a background thread; ``port=0`` picks a free port. For tests."""
+class _Background:
+    """An app on a background thread; ``port=0`` picks a free port. For tests."""
 
-    def __init__(self, cfg: ServerConfig, state: AppState | None = None) -> None:
-        self.state = state or build_state(cfg)
-        self.sock = _listen(cfg, self.state)
-        self.metrics_endpoint = _serve_metrics(cfg, self.state)
+    def __init__(
+        self,
+        app: ASGIApp,
+        cfg: ServerConfig | TierConfig,
+        sock: socket.socket,
+        state: AppState | TierState,
+        close: Callable[[], None],
+    ) -> None:
+        self.sock = sock
+        self._close = close
+        self.metrics_endpoint = _serve_metrics(cfg, state)
         host, port = self.sock.getsockname()[:2]
         self.url = f"http://{host}:{port}"
         self.port = int(port)
-        self.server = uvicorn.Server(_uvicorn_config(cfg, self.state))
+        self.server = uvicorn.Server(_uvicorn_config(app, cfg))
         # A thread cannot install signal handlers; uvicorn skips them off the main thread.
         self.thread = threading.Thread(
             target=self.server.run,
@@ -210,7 +281,7 @@ class BackgroundServer:
             name="gitxet-serve",
         )
 
-    def start(self, timeout: float = 10.0) -> BackgroundServer:
+    def start(self, timeout: float = 10.0) -> Self:
         """Start and wait until it accepts connections."""
         self.thread.start()
         deadline = time.monotonic() + timeout
@@ -229,10 +300,31 @@ class BackgroundServer:
             self.metrics_endpoint.server_close()
         with contextlib.suppress(OSError):
             self.sock.close()
-        self.state.service.backend.close()
+        self._close()
 
-    def __enter__(self) -> BackgroundServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class BackgroundServer(_Background):
+    """The server on a background thread; ``port=0`` picks a free port. For tests."""
+
+    def __init__(self, cfg: ServerConfig, state: AppState | None = None) -> None:
+        self.state = state or build_state(cfg)
+        sock = _listen(cfg, self.state)
+        app = create_app(self.state)
+        super().__init__(app, cfg, sock, self.state, self.state.service.backend.close)
+
+
+class BackgroundTier(_Background):
+    """A cache tier on a background thread; ``port=0`` picks a free port. For tests."""
+
+    def __init__(self, cfg: TierConfig, state: TierState | None = None) -> None:
+        from gitxet.server.tierapp import create_tier_app
+
+        self.state = state or build_tier_state(cfg)
+        sock = _bind(cfg.host, cfg.port)
+        super().__init__(create_tier_app(self.state), cfg, sock, self.state, self.state.tier.close)

@@ -580,6 +580,14 @@ class CommitFS:
         except Exception:
             return None  # read() reports it
 
+    def pointer(self, ino: int) -> Pointer | None:
+        """The pointer a regular file is stored as; None for a plain git blob (and for
+        anything that is not a regular file)."""
+        node = self._node(ino)
+        if node.kind is not NodeKind.FILE:
+            return None
+        return self._blob_info(node.sha, node.shown).pointer
+
     def chunk_extent(self, ino: int, offset: int) -> tuple[int, int] | None:
         """The byte range of the stored chunk holding ``offset`` of a pointer file.
 

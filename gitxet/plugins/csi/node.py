@@ -163,6 +163,7 @@ class NodeService:
                 token=req.token,
                 cache_size=req.cache_size,
                 prefetch=req.prefetch,
+                cas=req.cas,
             )
             try:
                 validate_spec(spec, target)

@@ -4,11 +4,12 @@ Everything here is plain Python (no gRPC, no protobuf): :mod:`gitxet.plugins.csi
 turns requests into :class:`PublishRequest` and :class:`CsiRequestError` into gRPC statuses.
 
 A volume is described by its *volume context* (``volumeAttributes`` of a static PV or of an
-inline ephemeral volume): ``repo`` and ``commit`` (required), ``subdir``, ``cacheSize`` and
-``prefetch`` (optional). Kubernetes adds ``csi.storage.k8s.io/*`` keys (pod info, the
-ephemeral flag), which are accepted and ignored; any other key is refused, so a misspelt
-attribute fails loudly instead of being silently dropped. The token comes from the
-``secrets`` map (``nodePublishSecretRef``, key ``token``) and is never stored or logged.
+inline ephemeral volume): ``repo`` and ``commit`` (required), ``subdir``, ``cacheSize``,
+``prefetch`` and ``cas`` (a cache tier to read file data through; optional). Kubernetes
+adds ``csi.storage.k8s.io/*`` keys (pod info, the ephemeral flag), which are accepted and
+ignored; any other key is refused, so a misspelt attribute fails loudly instead of being
+silently dropped. The token comes from the ``secrets`` map (``nodePublishSecretRef``, key
+``token``) and is never stored or logged.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ ATTR_COMMIT = "commit"
 ATTR_SUBDIR = "subdir"
 ATTR_CACHE_SIZE = "cacheSize"
 ATTR_PREFETCH = "prefetch"
-ATTRIBUTES = (ATTR_REPO, ATTR_COMMIT, ATTR_SUBDIR, ATTR_CACHE_SIZE, ATTR_PREFETCH)
+ATTR_CAS = "cas"
+ATTRIBUTES = (ATTR_REPO, ATTR_COMMIT, ATTR_SUBDIR, ATTR_CACHE_SIZE, ATTR_PREFETCH, ATTR_CAS)
 SECRET_TOKEN = "token"
 K8S_PREFIX = "csi.storage.k8s.io/"
 K8S_EPHEMERAL = K8S_PREFIX + "ephemeral"
@@ -81,6 +83,7 @@ class PublishRequest:
     subdir: str
     cache_size: str | None
     prefetch: str | None
+    cas: str | None
     ephemeral: bool
     token: str | None
     fingerprint: str  # identifies every argument but the secrets (CSI's "P1 = P2" test)
@@ -186,6 +189,7 @@ def parse_publish(
         raise invalid(f"secret {SECRET_TOKEN!r} is empty")
     cache_size = volume_context.get(ATTR_CACHE_SIZE) or None
     prefetch = volume_context.get(ATTR_PREFETCH) or None
+    cas = volume_context.get(ATTR_CAS) or None
     subdir = volume_context.get(ATTR_SUBDIR, "").strip("/")
     fingerprint = _fingerprint(
         {
@@ -205,6 +209,7 @@ def parse_publish(
         subdir=subdir,
         cache_size=cache_size,
         prefetch=prefetch,
+        cas=cas,
         ephemeral=volume_context.get(K8S_EPHEMERAL) == "true",
         token=token,
         fingerprint=fingerprint,

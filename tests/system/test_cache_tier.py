@@ -1,0 +1,440 @@
+"""The cache tier (issue 17): `git xet serve --upstream` between many readers and the origin.
+
+Real servers on loopback: the origin is `git xet serve` (uvicorn, in this process, so its
+access log can be read), the tier is `git xet serve --upstream` (a subprocess, so it can be
+killed) or a background tier in this process, and the readers are separate processes with
+separate caches reading `xet://` paths with `cas_url=`. What is checked:
+
+* 8 cold readers of one commit through a cold tier get identical bytes and the origin serves
+  at most 1.1x the commit's xorb bytes (its access log); concurrent misses of one range make
+  one origin request;
+* after `git xet warmup --cas-url TIER`, 8 cold readers make the origin serve no xorb bytes;
+* no token or a refused token: 401 from the tier and no data; uploads: 405; a tampered data
+  URL: 403;
+* a range corrupted on the origin is refused by the tier (never cached, never served) and the
+  reader gets an error naming the verification failure;
+* killing the tier mid-read: readers fall back to the origin (a warning) and finish, within
+  30 s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gitxet.errors import RemoteError
+from gitxet.hashing import from_hex, to_hex
+from gitxet.remote.client import CASClient, RetryPolicy
+from gitxet.server.auth import TokenStore
+from gitxet.server.run import BackgroundServer, BackgroundTier, ServerConfig, TierConfig
+from tests.helpers.server_env import build_upload, free_port, read_back, stop_process, wait_port
+
+pytestmark = pytest.mark.timeout(600)
+
+FILES = {"data/a.bin": 20 << 20, "data/b.bin": 12 << 20, "c.bin": 8 << 20}  # a 40 MiB commit
+CLIENTS = 8
+
+
+class _AccessBytes(logging.Handler):
+    """Counts what the origin's access log says it sent for xorb data."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.mu = threading.Lock()
+        self.data_bytes = 0
+        self.data_requests = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        rec = json.loads(record.getMessage())
+        if str(rec.get("path", "")).startswith("/xorb-data/"):
+            with self.mu:
+                self.data_bytes += int(rec["bytes"])
+                self.data_requests += 1
+
+    def reset(self) -> None:
+        with self.mu:
+            self.data_bytes = self.data_requests = 0
+
+
+@dataclass
+class Origin:
+    server: BackgroundServer
+    url: str
+    write: str
+    read: str
+    log: _AccessBytes
+    root: Path
+
+    def xorb_bytes(self) -> int:
+        """Bytes of every stored xorb body (the commit's, in a fresh origin)."""
+        svc = self.server.state.service
+        total = 0
+        for key in svc.backend.list("xorbs/"):
+            total += svc.layout(from_hex(key.rsplit("/", 1)[1])).body_size
+        return total
+
+    def xorb_paths(self) -> list[Path]:
+        return sorted((self.root / "cas" / "xorbs" / "default").iterdir())
+
+
+@pytest.fixture
+def origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Origin]:
+    root = tmp_path / "origin"
+    store = TokenStore(str(root))
+    write, _ = store.create("write")
+    read, _ = store.create("read")
+    monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GITXET_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    counter = _AccessBytes()
+    access = logging.getLogger("gitxet.server.access")
+    old_level = access.level
+    access.setLevel(logging.INFO)
+    access.addHandler(counter)
+    try:
+        with BackgroundServer(ServerConfig(root=str(root), port=0)) as srv:
+            yield Origin(srv, srv.url, write, read, counter, root)
+    finally:
+        access.removeHandler(counter)
+        access.setLevel(old_level)
+
+
+def _run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+    r = subprocess.run(
+        list(args), cwd=cwd, capture_output=True, text=True, timeout=300, env=env, check=False
+    )
+    if r.returncode != 0:
+        raise AssertionError(f"{args}: {r.returncode}\n{r.stdout}\n{r.stderr}")
+    return r.stdout
+
+
+@dataclass
+class Commit:
+    repo: str  # the origin's repository URL (no credentials)
+    files: dict[str, bytes]
+
+
+@pytest.fixture
+def commit(origin: Origin, tmp_path: Path) -> Commit:
+    """A 40 MiB commit of random files pushed to the origin."""
+    work = tmp_path / "work"
+    repo = f"{origin.url}/data.git"
+    authed = repo.replace("http://", f"http://gitxet:{origin.write}@")
+    _run("git", "init", "-q", "-b", "main", str(work), cwd=tmp_path)
+    _run("git", "remote", "add", "origin", authed, cwd=work)
+    _run("git-xet", "init", cwd=work)
+    rng = random.Random(17)
+    files: dict[str, bytes] = {}
+    for name, size in FILES.items():
+        data = rng.randbytes(size)
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_bytes(data)
+        files[name] = data
+    _run("git-xet", "add", ".", cwd=work)
+    _run("git", "commit", "-qm", "data", cwd=work)
+    _run("git", "push", "-q", "origin", "main", cwd=work)
+    return Commit(repo, files)
+
+
+class TierProcess:
+    """`git xet serve --upstream` as a subprocess (so it can be killed)."""
+
+    def __init__(self, upstream: str, cache_dir: Path, log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        argv = [sys.executable, "-m", "gitxet", "serve", "--upstream", upstream]
+        argv += ["--cache-dir", str(cache_dir), "--cache-size", "1G"]
+        argv += ["--port", str(self.port), "--log-level", "warning"]
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_port(self.port, 30.0, self.proc)
+
+    def stats(self) -> dict[str, int]:
+        r = httpx.get(f"{self.url}/v1/tier-stats", timeout=10)
+        r.raise_for_status()
+        doc: dict[str, int] = r.json()
+        return doc
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        self.log.close()
+
+
+@pytest.fixture
+def tier(origin: Origin, tmp_path: Path) -> Iterator[TierProcess]:
+    t = TierProcess(origin.url, tmp_path / "tier-cache", tmp_path / "tier.log")
+    try:
+        yield t
+    finally:
+        t.stop()
+
+
+_READER = r"""
+import hashlib, json, sys
+import fsspec
+repo, rev, names, tier, pause = sys.argv[1:6]
+names, pause = names.split(","), int(pause)
+fs = fsspec.filesystem("xet", cas_url=tier or None)
+done, out = 0, {}
+for name in names:
+    h = hashlib.sha256()
+    with fs.open(f"xet://{repo}@{rev}/{name}", "rb") as f:
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                break
+            h.update(b)
+            done += len(b)
+            if pause and done >= pause:
+                pause = 0
+                print("paused", flush=True)
+                sys.stdin.readline()
+    out[name] = h.hexdigest()
+print(json.dumps(out), flush=True)
+"""
+
+
+def _reader(
+    tmp: Path, i: int, commit: Commit, tier_url: str, token: str, pause: int = 0
+) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    env.update(
+        GITXET_CACHE_DIR=str(tmp / f"client-{i}"),
+        GITXET_STATE_DIR=str(tmp / f"client-state-{i}"),
+        GITXET_TOKEN=token,
+    )
+    env.pop("GITXET_CAS_URL", None)
+    tmp.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-c", _READER, commit.repo, "main", ",".join(commit.files)]
+    return subprocess.Popen(
+        [*args, tier_url, str(pause)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp,
+    )
+
+
+def _expected(commit: Commit) -> dict[str, str]:
+    return {n: hashlib.sha256(d).hexdigest() for n, d in commit.files.items()}
+
+
+def _read_all(tmp: Path, commit: Commit, tier_url: str, token: str, tag: str) -> None:
+    """CLIENTS cold readers at once; each must get every file right."""
+    procs = [_reader(tmp / tag, i, commit, tier_url, token) for i in range(CLIENTS)]
+    want = _expected(commit)
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        assert json.loads(out.strip().splitlines()[-1]) == want
+
+
+def test_eight_cold_readers_through_a_cold_tier_make_the_origin_serve_the_commit_once(
+    origin: Origin, commit: Commit, tier: TierProcess, tmp_path: Path
+) -> None:
+    origin.log.reset()
+    _read_all(tmp_path, commit, tier.url, origin.read, "cold")
+    commit_bytes = origin.xorb_bytes()
+    assert commit_bytes >= sum(FILES.values())
+    served = origin.log.data_bytes
+    assert 0 < served <= 1.1 * commit_bytes, (served, commit_bytes)
+    stats = tier.stats()
+    assert stats["origin_bytes"] == served
+    assert stats["served_bytes"] >= CLIENTS * sum(FILES.values())
+    # misses count every request that waited for an origin fetch (its own or a shared one)
+    assert stats["misses"] >= stats["origin_requests"] > 0
+    assert stats["hits"] > 0
+    # the same 8 readers straight to the origin: it serves every copy
+    origin.log.reset()
+    _read_all(tmp_path, commit, "", origin.read, "direct")
+    assert origin.log.data_bytes >= CLIENTS * sum(FILES.values())
+
+
+def test_after_warmup_eight_cold_readers_make_the_origin_serve_nothing(
+    origin: Origin, commit: Commit, tier: TierProcess, tmp_path: Path
+) -> None:
+    env = dict(os.environ, GITXET_TOKEN=origin.read, GITXET_CACHE_DIR=str(tmp_path / "warm"))
+    r = subprocess.run(
+        ["git-xet", "warmup", "--cas-url", tier.url, commit.repo, "main"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "through the tier" in r.stderr
+    # the warming machine verified the data without keeping it
+    ranges = tmp_path / "warm" / "ranges" / "data"
+    assert not any(p.is_file() for p in ranges.rglob("*")) if ranges.exists() else True
+    assert tier.stats()["origin_bytes"] >= sum(FILES.values())
+    origin.log.reset()
+    _read_all(tmp_path, commit, tier.url, origin.read, "after-warmup")
+    assert origin.log.data_bytes == 0
+    assert origin.log.data_requests == 0
+
+
+def test_a_tier_down_mid_read_readers_fall_back_to_the_origin_within_30s(
+    origin: Origin, commit: Commit, tier: TierProcess, tmp_path: Path
+) -> None:
+    readers = [
+        _reader(tmp_path / "kill", i, commit, tier.url, origin.read, pause=2 << 20)
+        for i in range(4)
+    ]
+    for p in readers:
+        assert p.stdout is not None
+        assert p.stdout.readline().strip() == "paused"
+    tier.proc.send_signal(signal.SIGKILL)
+    tier.proc.wait(10)
+    t0 = time.monotonic()
+    for p in readers:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    want = _expected(commit)
+    for p in readers:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert json.loads(out.strip().splitlines()[-1]) == want
+        assert "cannot be reached" in err and "reading from the origin" in err, err
+    assert time.monotonic() - t0 < 30
+
+
+# ---- in-process tier: authorization, integrity, single flight ------------------------------
+
+
+@dataclass
+class Stored:
+    origin: Origin
+    tier: BackgroundTier
+    file_hash: bytes
+    data: bytes
+
+
+@pytest.fixture
+def stored(origin: Origin, tmp_path: Path) -> Iterator[Stored]:
+    up = build_upload(random.Random(5).randbytes(24 << 20))
+    with CASClient(origin.url, origin.write) as c:
+        c.upload_xorb(up.xorb.hash, up.xorb.body)
+        c.upload_shard(up.shard)
+    cfg = TierConfig(origin.url, str(tmp_path / "tier"), 1 << 30, port=0)
+    with BackgroundTier(cfg) as t:
+        yield Stored(origin, t, up.file_hash, up.data)
+
+
+def _fx(s: Stored) -> str:
+    return to_hex(s.file_hash)
+
+
+def test_no_token_or_a_refused_token_gets_401_from_the_tier_and_no_data(stored: Stored) -> None:
+    t = stored.tier.url
+    fx = _fx(stored)
+    with httpx.Client(timeout=30) as h:
+        for headers in ({}, {"Authorization": "Bearer gxt_000000000000_" + "A" * 43}):
+            for path in (
+                f"/v1/reconstructions/{fx}",
+                f"/v2/reconstructions/{fx}",
+                f"/v1/file-shards/{fx}",
+            ):
+                r = h.get(t + path, headers=headers)
+                assert r.status_code == 401, (path, r.text)
+                assert "url" not in r.text and "xorb-data" not in r.text
+        revoked, rec = TokenStore(str(stored.origin.root)).create("read")
+        TokenStore(str(stored.origin.root)).revoke(rec.id)
+        r = h.get(t + f"/v1/reconstructions/{fx}", headers={"Authorization": f"Bearer {revoked}"})
+        assert r.status_code == 401
+        # a good token: a tier URL, which works; tampered or unsigned: 403, no data
+        ok = h.get(
+            t + f"/v1/reconstructions/{fx}",
+            headers={"Authorization": f"Bearer {stored.origin.read}"},
+        )
+        assert ok.status_code == 200
+        (entries,) = ok.json()["fetch_info"].values()
+        url = entries[0]["url"]
+        assert url.startswith(t + "/xorb-data/")
+        assert h.get(url, headers={"Range": "bytes=0-99"}).status_code == 206
+        for bad in (url.replace("sig=", "sig=A"), url.split("?")[0]):
+            r = h.get(bad, headers={"Range": "bytes=0-99"})
+            assert r.status_code == 403 and len(r.content) < 200
+        # uploads are refused, naming the origin
+        auth = {"Authorization": f"Bearer {stored.origin.write}"}
+        r = h.post(t + f"/v1/xorbs/default/{'0' * 64}", content=b"x", headers=auth)
+        assert r.status_code == 405 and stored.origin.url in r.json()["error"]
+        r = h.post(t + "/v1/shards", content=b"x", headers=auth)
+        assert r.status_code == 405
+
+
+def test_concurrent_misses_of_one_range_make_one_origin_request(stored: Stored) -> None:
+    stored.origin.log.reset()
+    results: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            with CASClient(stored.tier.url, stored.origin.read) as c:
+                results.append(read_back(c, stored.file_hash))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=one) for _ in range(CLIENTS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(240)
+    assert not errors, errors
+    assert results == [stored.data] * CLIENTS
+    body = stored.origin.xorb_bytes()
+    assert stored.origin.log.data_bytes == body  # each byte once
+    stats = stored.tier.state.tier.stats_doc()
+    assert stats["origin_requests"] == stored.origin.log.data_requests == -(-body // (8 << 20))
+    # the same counters in Prometheus form (what --metrics ADDR serves)
+    from prometheus_client import generate_latest
+
+    metrics = stored.tier.state.metrics
+    assert metrics is not None
+    text = generate_latest(metrics.registry).decode()
+    values = dict(ln.rsplit(" ", 1) for ln in text.splitlines() if not ln.startswith("#"))
+    assert float(values["gitxet_tier_origin_bytes_total"]) == stats["origin_bytes"]
+    assert float(values["gitxet_tier_served_bytes_total"]) == stats["served_bytes"]
+    assert float(values['gitxet_server_requests_total{op="xorb-data",status="206"}']) > 0
+
+
+def test_a_range_corrupted_on_the_origin_is_never_cached_or_served(stored: Stored) -> None:
+    (path,) = stored.origin.xorb_paths()
+    raw = bytearray(path.read_bytes())
+    raw[(12 << 20) + 4321] ^= 0x5A  # inside the second 8 MiB range's chunks
+    path.write_bytes(bytes(raw))
+    tier = stored.tier.state.tier
+    fast = RetryPolicy(attempts=2, base_delay=0.05)
+    with CASClient(stored.tier.url, stored.origin.read, retry=fast) as c:
+        with pytest.raises(RemoteError) as exc:
+            read_back(c, stored.file_hash)
+        assert exc.value.status == 502
+        assert "failed verification" in str(exc.value)
+        # the ranges before it are fine and served
+        assert read_back(c, stored.file_hash, (0, 4 << 20)) == stored.data[: 4 << 20]
+    assert tier.stats_doc()["refused_ranges"] >= 1
+    xorb = from_hex(path.name)
+    assert tier.cache.covers(xorb, 0, 4 << 20)
+    assert not tier.cache.covers(xorb, 12 << 20, (12 << 20) + 1)  # the range it is in
