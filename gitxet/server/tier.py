@@ -56,7 +56,7 @@ from gitxet.hashing import from_hex, to_hex
 from gitxet.remote import protocol as p
 from gitxet.remote.client import CASClient, transport_error
 from gitxet.server.backends import LocalBackend
-from gitxet.server.signing import UrlSigner, load_or_create_key
+from gitxet.server.signing import KEY_OBJECT, UrlSigner, load_or_create_key
 from gitxet.util.lru import LRUCache
 
 __all__ = ["StaleUrlError", "TierService", "TierStats", "register_tier_metrics", "tier_signer"]
@@ -176,8 +176,16 @@ def register_tier_metrics(registry: Any, tier: TierService) -> None:
 
 
 def tier_signer(cache_dir: str, ttl: int) -> UrlSigner:
-    """The tier's URL signer; its key lives in ``<cache_dir>/meta`` (created once)."""
-    return UrlSigner(load_or_create_key(LocalBackend(cache_dir)), ttl=ttl)
+    """The tier's URL signer; its key lives in ``<cache_dir>/meta`` (created once, readable
+    by the tier's user only)."""
+    key = load_or_create_key(LocalBackend(cache_dir))
+    for path, mode in (
+        (os.path.join(cache_dir, "meta"), 0o700),
+        (os.path.join(cache_dir, KEY_OBJECT), 0o600),
+    ):
+        with contextlib.suppress(OSError):
+            os.chmod(path, mode)
+    return UrlSigner(key, ttl=ttl)
 
 
 class TierService:

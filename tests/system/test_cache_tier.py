@@ -383,6 +383,9 @@ def test_no_token_or_a_refused_token_gets_401_from_the_tier_and_no_data(stored: 
         assert r.status_code == 405 and stored.origin.url in r.json()["error"]
         r = h.post(t + "/v1/shards", content=b"x", headers=auth)
         assert r.status_code == 405
+    # the tier's only secret, its signing key, is its user's alone
+    key = Path(stored.tier.state.tier.cache_dir) / "meta" / "url-signing.key"
+    assert key.stat().st_mode & 0o777 == 0o600
 
 
 def test_concurrent_misses_of_one_range_make_one_origin_request(stored: Stored) -> None:

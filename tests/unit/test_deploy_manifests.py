@@ -20,7 +20,7 @@ from gitxet.plugins.csi.volumes import ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "kubernetes"
-KUSTOMIZATIONS = ("base", "overlays/dev", "overlays/prod", "examples")
+KUSTOMIZATIONS = ("base", "overlays/dev", "overlays/prod", "examples", "cache-tier")
 # The oldest Kubernetes the manifests are written for (docs/operations/kubernetes.md) and the
 # newest schema kubernetes-validate ships.
 K8S_VERSIONS = ("1.28.0", kubernetes_validate.latest_version())
@@ -190,6 +190,66 @@ def test_examples_use_only_what_the_plugin_accepts() -> None:
 
 def test_dockerfile_builds_the_plugin_image() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
-    assert re.search(r"pip install .*\[mount,csi\]", text)
+    assert re.search(r"pip install .*\[mount,csi,server\]", text)  # the tier needs server
     assert re.search(r'ENTRYPOINT \["[^"]*git-xet"\]', text)
     assert "fuse3" in text
+
+
+def _serve_options() -> set[str]:
+    """The options ``git xet serve`` takes (from the CLI itself)."""
+    import typer.main
+
+    from gitxet.cli.app import app
+
+    group = typer.main.get_command(app)
+    serve = group.commands["serve"]  # type: ignore[attr-defined]
+    return {opt for p in serve.params for opt in p.opts if opt.startswith("--")}
+
+
+def test_cache_tier_wiring() -> None:
+    docs = render("cache-tier")
+    dep = find(docs, "Deployment", "gitxet-tier")
+    svc = find(docs, "Service", "gitxet-tier")
+    pod = dep["spec"]["template"]["spec"]
+    tier = container(dep, "tier")
+    args = tier["args"]
+    assert args[0] == "serve"
+    opts = dict(a.split("=", 1) for a in args[1:])
+    # every option is one the CLI has, and a tier's
+    assert set(opts) <= _serve_options()
+    assert {"--upstream", "--cache-dir", "--cache-size", "--public-url"} <= set(opts)
+    assert "--root" not in opts
+    env = {e["name"]: e for e in tier["env"]}
+    assert opts["--upstream"] == "$(GITXET_UPSTREAM)" and env["GITXET_UPSTREAM"]["value"]
+    # the cache sits on the node's disk and its cap is the storage the pod requests
+    mounts = {m["name"]: m["mountPath"] for m in tier["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    cache_vol = next(n for n, path in mounts.items() if path == opts["--cache-dir"])
+    assert "emptyDir" in volumes[cache_vol]
+    assert opts["--cache-size"] == "$(CACHE_BYTES)"
+    ref = env["CACHE_BYTES"]["valueFrom"]["resourceFieldRef"]
+    assert ref["resource"] == "requests.ephemeral-storage" and ref["containerName"] == "tier"
+    res = tier["resources"]
+
+    def size(q: str) -> int:
+        return int(q[:-2]) << {"Mi": 20, "Gi": 30, "Ti": 40}[q[-2:]]
+
+    request = size(res["requests"]["ephemeral-storage"])
+    assert request < size(res["limits"]["ephemeral-storage"])
+    assert request < size(volumes[cache_vol]["emptyDir"]["sizeLimit"])
+    # answers point at this pod (so replicas stay consistent) on the port it serves
+    ports = {p["name"]: p["containerPort"] for p in tier["ports"]}
+    assert opts["--public-url"] == f"http://$(POD_IP):{ports['cas']}"
+    assert opts["--port"] == str(ports["cas"])
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert opts["--metrics"].endswith(f":{ports['metrics']}")
+    assert tier["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "cas"}
+    # the Service reaches these pods on that port, and keeps a node on one replica
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+    assert svc["spec"]["ports"][0]["targetPort"] == "cas"
+    assert svc["spec"]["sessionAffinity"] == "ClientIP"
+    # a tier holds no secret of a client and needs no API access
+    assert pod["automountServiceAccountToken"] is False
+    assert tier["securityContext"]["readOnlyRootFilesystem"] is True
+    assert not {d["kind"] for d in docs} & {"Secret", "Role", "ClusterRole"}
