@@ -12,10 +12,10 @@ starve ``ls``. ``getattr`` on a known inode is answered from the model's memory 
 the trio thread.
 
 A commit never changes, so attributes, entries (also negative ones) and page-cache contents
-are cached by the kernel for a long time (``keep_cache``, long timeouts). Reads of local data
-are answered on the trio thread (cheaper than a thread hop), and after a small read the rest
-of its chunk is stored into the page cache by a worker (``gitxet.mount.readaround``), so
-nearby reads never reach this process.
+are cached by the kernel for a long time (``keep_cache``, long timeouts). Reads of data the
+model holds verified are answered on the trio thread (cheaper than a thread hop), the rest
+on workers; after a small read the rest of its chunk is stored into the page cache by a
+worker (``gitxet.mount.readaround``), so nearby reads never reach this process.
 """
 
 from __future__ import annotations
@@ -96,7 +96,6 @@ class XetFuseOperations(pyfuse3.Operations):
         super().__init__()
         self.fs = fs
         self.metrics = metrics
-        self._inline_reads = bool(getattr(fs, "inline_reads", False))
         self._try_read: Callable[[int, int, int], bytes | None] | None = getattr(
             fs, "try_read", None
         )
@@ -310,23 +309,17 @@ class XetFuseOperations(pyfuse3.Operations):
 
     async def _read(self, fh: int, off: int, size: int) -> bytes:
         ino = fh  # the model inode (see open)
-        if self._inline_reads:
-            # local data: a read is a pread + decode, cheaper than the thread hop (and the
-            # hot path of random reads: no per-call formatting here)
-            try:
-                data = self.fs.read(ino, off, size)
-            except Exception as exc:
-                raise self._fail(f"read {ino} @{off}+{size}", exc) from None
+        # what the model holds verified (a chunk already hashed through an open descriptor,
+        # a cached range, a small blob in memory) is served right here, one pread at most;
+        # the rest on a worker thread: a first read decodes and hashes, and may wait on a
+        # cold disk or a network, and 8 readers of 8 files must not queue behind each other
+        cached = self._try_read(ino, off, size) if self._try_read is not None else None
+        if cached is not None:
+            data = cached
         else:
-            # data behind a network: what the source's cache holds is served right here,
-            # the rest on a worker thread (a fetch must not stall the event loop)
-            cached = self._try_read(ino, off, size) if self._try_read is not None else None
-            if cached is not None:
-                data = cached
-            else:
-                data = await self._offload(
-                    self._read_limiter, f"read {ino} @{off}+{size}", self.fs.read, ino, off, size
-                )
+            data = await self._offload(
+                self._read_limiter, f"read {ino} @{off}+{size}", self.fs.read, ino, off, size
+            )
         if self.read_around is not None and len(data) == size:
             self.read_around.offer(self._swap(ino), ino, off, size)
         return data

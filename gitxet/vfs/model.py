@@ -208,6 +208,10 @@ class _BlobCache:
         self._spools: LeaseCache[bytes, _Spool] = LeaseCache(_MAX_SPOOLS, _Spool.close)
         self._closed = False
 
+    def peek_bytes(self, sha: bytes) -> bytes | None:
+        """A small blob held in memory, or None (never a spool: no file is touched)."""
+        return self._mem.get(sha)
+
     def get(self, sha: bytes) -> bytes | Lease[_Spool] | None:
         """Cached bytes, or a lease on a spool (release it), or None."""
         data = self._mem.get(sha)
@@ -569,6 +573,9 @@ class CommitFS:
             return None
         with self._lock:
             info = self._infos.get(node.sha)
+        if info is not None and info.pointer is None:  # a plain blob: if it is in memory
+            cached = self._blobs.peek_bytes(node.sha)
+            return cached[offset : offset + size] if cached is not None else None
         if info is None or info.pointer is None or offset >= info.size:
             return None
         with self._lock:
