@@ -109,6 +109,8 @@ _TRAILER = struct.Struct("<III")  # num_chunks, hashes_offset_from_end, bounds_o
 # chunk instead of ~85 us for always trying BG4 (a popcount histogram is slower still in
 # pure Python).
 _BG4_PROBE_BYTES = 16 * 1024
+# A probe LZ4 does not shrink below this fraction marks the chunk as incompressible.
+_INCOMPRESSIBLE = 0.98
 
 
 # --------------------------------------------------------------------------- compression
@@ -152,9 +154,10 @@ def _as_bytes(data: BytesLike) -> bytes:
 def compress_chunk(data: BytesLike, scheme: Scheme | None = None) -> tuple[Scheme, bytes]:
     """Encode one chunk; returns ``(scheme, payload)``.
 
-    With ``scheme=None`` the smaller of LZ4 and (when a probe says it may help) BG4+LZ4 is
-    kept, and the raw bytes (``Scheme.NONE``) unless the compressed form is strictly
-    smaller, as hf_xet does. An explicit ``scheme`` is used as given, even if larger.
+    With ``scheme=None`` a chunk over 16 KiB is compressed once, the way its first 16 KiB
+    compress best (BG4+LZ4 or LZ4; not at all when LZ4 does not shrink them), smaller
+    chunks both ways; the raw bytes (``Scheme.NONE``) are kept unless the compressed form
+    is strictly smaller, as hf_xet does. An explicit ``scheme`` is used as given, even if larger.
 
     Raises:
         ValueError: if the chunk is empty or longer than :data:`MAX_CHUNK_BYTES`.
@@ -172,15 +175,20 @@ def compress_chunk(data: BytesLike, scheme: Scheme | None = None) -> tuple[Schem
         return scheme, _lz4(bg4_split(raw))
 
     best_scheme, best = Scheme.NONE, raw
-    lz = _lz4(raw)
-    if len(lz) < len(best):
-        best_scheme, best = Scheme.LZ4, lz
     if n <= _BG4_PROBE_BYTES:
+        lz: bytes | None = _lz4(raw)
         bg: bytes | None = _lz4(bg4_split(raw))
     else:
+        # the probe decides which full compressions are worth running: BG4 when it beats
+        # LZ4 on the probe, else LZ4 unless the probe did not shrink at all (random or
+        # already compressed data: stored raw, as a full attempt would end anyway)
         probe = raw[:_BG4_PROBE_BYTES]
-        promising = len(_lz4(bg4_split(probe))) < len(_lz4(probe))
-        bg = _lz4(bg4_split(raw)) if promising else None
+        lz_probe = len(_lz4(probe))
+        bg_probe = len(_lz4(bg4_split(probe)))
+        bg = _lz4(bg4_split(raw)) if bg_probe < lz_probe else None
+        lz = _lz4(raw) if bg is None and lz_probe < _INCOMPRESSIBLE * len(probe) else None
+    if lz is not None and len(lz) < len(best):
+        best_scheme, best = Scheme.LZ4, lz
     if bg is not None and len(bg) < len(best):
         best_scheme, best = Scheme.BG4_LZ4, bg
     return best_scheme, best
