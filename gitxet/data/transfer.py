@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -307,7 +307,9 @@ def _move(
     ex = ThreadPoolExecutor(max(1, workers), thread_name_prefix=f"gitxet-{what}")
     futures = [ex.submit(one, x) for x in xorbs]
     try:
-        for fut in futures:
+        # in completion order: a failed copy ends the transfer at once, even while an
+        # earlier-submitted one hangs on a silent server
+        for fut in as_completed(futures):
             total += fut.result()
     except BaseException:
         # a failure, or an interrupt (Ctrl-C, SIGTERM): start nothing more; copies running

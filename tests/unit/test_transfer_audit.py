@@ -38,12 +38,15 @@ class HangingRemote(LocalDirRemote):
         super().__init__(root)
         self.release = threading.Event()
         self._calls = itertools.count(1)  # atomic: '+= 1' from four threads can skip 1
+        self.fail_on: bytes | None = None  # the xorb whose upload fails (else the first call)
 
     def link_from(self, local: LocalCAS, xorb_hash: bytes) -> int | None:
         return None  # like a server: every xorb is uploaded
 
     def upload_xorb(self, xorb_hash: bytes, body: bytes) -> bool:
-        if next(self._calls) == 1:
+        if self.fail_on is not None and xorb_hash == self.fail_on:
+            raise RemoteError("this upload fails")
+        if self.fail_on is None and next(self._calls) == 1:
             raise RemoteError("the first upload fails")
         self.release.wait(60)
         return False
@@ -122,3 +125,20 @@ def test_push_to_an_embedded_remote_links_verified_xorbs(tmp_path: Path) -> None
         push_files(LocalCAS(str(tmp_path / "local")), remote, [b])
     assert to_hex(y) in str(info.value)
     assert not remote.has_xorb(y)
+
+
+def test_a_failed_upload_ends_the_push_while_an_earlier_one_still_hangs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Results are taken in completion order: the first-submitted copy hangs, the last fails."""
+    monkeypatch.setattr(transfer, "ABANDON_AFTER", 0.2)
+    cas = LocalCAS(str(tmp_path / "local"))
+    rnd = random.Random(5)
+    hashes = [ingest(cas, rnd.randbytes(200_000))[0] for _ in range(4)]
+    remote = HangingRemote(str(tmp_path / "remote"))
+    remote.fail_on = max(cas.xorb_hashes())  # xorbs are copied in sorted order: the last one
+    start = time.monotonic()
+    with pytest.raises(RemoteError):
+        push_files(cas, remote, hashes, workers=4)
+    assert time.monotonic() - start < 5
+    remote.release.set()
