@@ -441,3 +441,39 @@ def test_a_range_corrupted_on_the_origin_is_never_cached_or_served(stored: Store
     xorb = from_hex(path.name)
     assert tier.cache.covers(xorb, 0, 4 << 20)
     assert not tier.cache.covers(xorb, 12 << 20, (12 << 20) + 1)  # the range it is in
+
+
+@pytest.mark.filterwarnings("ignore:hf_xet.*deprecated:DeprecationWarning")
+def test_hf_xet_reads_compressed_xorbs_through_the_tier(origin: Origin, tmp_path: Path) -> None:
+    """hf_xet, the reference client, downloads through the tier (the plain framing of
+    xorbs the origin stores compressed), whole and by ranges; its uploads are refused."""
+    import hf_xet
+
+    rng = random.Random(8)
+    words = [rng.randbytes(6).hex().encode() for _ in range(300)]
+    data = b" ".join(rng.choice(words) for _ in range(400_000))  # ~5 MiB, compresses well
+    src = tmp_path / "text.bin"
+    src.write_bytes(data)
+    expiry = int(time.time()) + 3600
+    [info] = hf_xet.upload_files([str(src)], origin.url, (origin.write, expiry), None, None, "model")
+    stored = origin.xorb_bytes()
+    assert stored < len(data) * 0.8  # the origin holds it compressed
+    cfg = TierConfig(origin.url, str(tmp_path / "tier"), 1 << 30, port=0)
+    with BackgroundTier(cfg) as t:
+        out = tmp_path / "out.bin"
+        dl = hf_xet.PyXetDownloadInfo(str(out), info.hash, len(data))
+        hf_xet.download_files([dl], t.url, (origin.read, expiry), None, None)
+        assert out.read_bytes() == data
+        group = hf_xet.XetSession().new_download_stream_group(
+            endpoint=t.url, token=origin.read, token_expiry_unix_secs=expiry
+        )
+        fi = hf_xet.XetFileInfo(info.hash, len(data))
+        for a, b in [(12_345, 2_000_000), (0, 1), (len(data) - 1, len(data))]:
+            assert b"".join(group.download_stream(fi, a, b)) == data[a:b], (a, b)
+        with CASClient(t.url, origin.read) as c:
+            assert read_back(c, from_hex(info.hash)) == data
+        stats = t.state.tier.stats_doc()
+        assert stats["origin_bytes"] <= stored  # compressed from the origin, once
+        assert stats["served_bytes"] >= len(data)  # plain to the clients
+        with pytest.raises(Exception, match="405|read-only"):
+            hf_xet.upload_files([str(src)], t.url, (origin.write, expiry), None, None, "model")
