@@ -455,7 +455,8 @@ def test_hf_xet_reads_compressed_xorbs_through_the_tier(origin: Origin, tmp_path
     src = tmp_path / "text.bin"
     src.write_bytes(data)
     expiry = int(time.time()) + 3600
-    [info] = hf_xet.upload_files([str(src)], origin.url, (origin.write, expiry), None, None, "model")
+    token = (origin.write, expiry)
+    [info] = hf_xet.upload_files([str(src)], origin.url, token, None, None, "model")
     stored = origin.xorb_bytes()
     assert stored < len(data) * 0.8  # the origin holds it compressed
     cfg = TierConfig(origin.url, str(tmp_path / "tier"), 1 << 30, port=0)
@@ -475,5 +476,5 @@ def test_hf_xet_reads_compressed_xorbs_through_the_tier(origin: Origin, tmp_path
         stats = t.state.tier.stats_doc()
         assert stats["origin_bytes"] <= stored  # compressed from the origin, once
         assert stats["served_bytes"] >= len(data)  # plain to the clients
-        with pytest.raises(Exception, match="405|read-only"):
+        with pytest.raises(Exception, match=r"405|read-only"):
             hf_xet.upload_files([str(src)], t.url, (origin.write, expiry), None, None, "model")
