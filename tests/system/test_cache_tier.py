@@ -41,6 +41,7 @@ from gitxet.hashing import from_hex, to_hex
 from gitxet.remote.client import CASClient, RetryPolicy
 from gitxet.server.auth import TokenStore
 from gitxet.server.run import BackgroundServer, BackgroundTier, ServerConfig, TierConfig
+from tests.helpers.fuse_env import require_fuse
 from tests.helpers.server_env import build_upload, free_port, read_back, stop_process, wait_port
 
 pytestmark = pytest.mark.timeout(600)
@@ -293,6 +294,56 @@ def test_after_warmup_eight_cold_readers_make_the_origin_serve_nothing(
     _read_all(tmp_path, commit, tier.url, origin.read, "after-warmup")
     assert origin.log.data_bytes == 0
     assert origin.log.data_requests == 0
+
+
+def _warm(tier: TierProcess, commit: Commit, origin: Origin, tmp: Path) -> None:
+    env = dict(os.environ, GITXET_TOKEN=origin.read, GITXET_CACHE_DIR=str(tmp / "warm"))
+    r = subprocess.run(
+        ["git-xet", "warmup", "--cas-url", tier.url, commit.repo, "main"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=tmp,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.fuse
+def test_clone_and_mount_with_cas_url_read_through_the_tier(
+    origin: Origin, commit: Commit, tier: TierProcess, tmp_path: Path
+) -> None:
+    require_fuse()
+    _warm(tier, commit, origin, tmp_path)
+    origin.log.reset()
+    env = dict(os.environ, GITXET_TOKEN=origin.read)
+    env.pop("GITXET_CAS_URL", None)
+    authed = commit.repo.replace("http://", f"http://gitxet:{origin.read}@")  # for git
+    _run("git-xet", "clone", "--cas-url", tier.url, authed, "cl", cwd=tmp_path, env=env)
+    for name, data in commit.files.items():
+        assert (tmp_path / "cl" / name).read_bytes() == data, name
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env["GITXET_CACHE_DIR"] = str(tmp_path / "mount-cache")
+    _run(
+        "git-xet",
+        "mount",
+        "--cas-url",
+        tier.url,
+        commit.repo,
+        "main",
+        str(mnt),
+        cwd=tmp_path,
+        env=env,
+    )
+    try:
+        for name, data in commit.files.items():
+            assert (mnt / name).read_bytes() == data, name
+    finally:
+        _run("git-xet", "unmount", str(mnt), cwd=tmp_path, env=env)
+    # git went to the origin, every byte of data came from the tier
+    assert origin.log.data_bytes == 0
 
 
 def test_a_tier_down_mid_read_readers_fall_back_to_the_origin_within_30s(

@@ -225,6 +225,7 @@ def test_publish_mounts_through_the_mounter_and_is_idempotent(plugin: Plugin) ->
             "subdir": "images/",
             "cacheSize": "10GiB",
             "prefetch": "16M",
+            "cas": "http://tier:8080",
             "csi.storage.k8s.io/ephemeral": "true",
             "csi.storage.k8s.io/pod.name": "trainer-0",
         },
@@ -234,7 +235,12 @@ def test_publish_mounts_through_the_mounter_and_is_idempotent(plugin: Plugin) ->
     info = plugin.mounter.mounts[target]
     assert info.commit_sha == SHA1
     assert info.spec == MountSpec(
-        "/data/ds.git", "main", subdir="images", cache_size="10GiB", prefetch="16M"
+        "/data/ds.git",
+        "main",
+        subdir="images",
+        cache_size="10GiB",
+        prefetch="16M",
+        cas="http://tier:8080",
     )
     assert plugin.mounter.tokens[target] == TOKEN
     # the same call again (kubelet retries, requiresRepublish): OK, no second mount

@@ -147,6 +147,8 @@ def test_http_errors(plugin: Plugin) -> None:
         ("v", {"repo": "/srv/data.git", "commit": "main", "cache_size": "1.5G"}, "cache_size"),
         ("v", {"repo": "/srv/data.git", "commit": "main", "cache_size": "5B"}, "cache_size"),
         ("v", {"repo": "/srv/data.git", "commit": "main", "prefetch": "1.5M"}, "prefetch"),
+        ("v", {"repo": "/srv/data.git", "commit": "main", "cas": "ftp://tier"}, "option 'cas'"),
+        ("v", {"repo": "/srv/data.git", "commit": "main", "cas": "http://u:p@t"}, "option 'cas'"),
         ("v", {"repo": "/srv/data.git", "commit": "main", "token_file": "rel"}, "absolute"),
         ("v", {"repo": "/srv/data.git", "commit": "main", "token_file": "/nope"}, "token_file"),
         (

@@ -82,6 +82,7 @@ def test_validate_spec_accepts_good_specs() -> None:
         MountSpec("/srv/d.git", "main"),
         MountSpec("file:///srv/d.git", "a" * 40, subdir="train/images/", cache_size="10GiB"),
         MountSpec("https://hub/x", "v1.0", token="t", cache_size="512M", prefetch="16M"),
+        MountSpec("https://hub/x", "v1.0", cas="http://tier.svc:8080/"),
     ):
         validate_spec(spec)
 
@@ -327,3 +328,20 @@ def test_remount_of_a_vanished_repo_fails_and_keeps_the_record(
         if _pid_alive(info.pid):
             os.kill(info.pid, signal.SIGKILL)
     assert not is_mounted(target)
+
+
+def test_a_cache_tier_reaches_the_daemon_and_the_record(tmp_path: Path) -> None:
+    m = SubprocessMounter(str(tmp_path / "state"), env={"PATH": "/bin"})
+    spec = MountSpec("https://hub/x", "main", cas="http://tier:8080")
+    assert m._daemon_env(spec)["GITXET_CAS_URL"] == "http://tier:8080"
+    assert "GITXET_CAS_URL" not in m._daemon_env(MountSpec("https://hub/x", "main"))
+    rec = _record()
+    rec = _Record(**{**rec.__dict__, "spec": spec})
+    assert _Record.from_json(rec.to_json(), "r").spec.cas == "http://tier:8080"
+    # a record written before cache tiers (no "cas" field) still reads
+    old = json.loads(_record().to_json())
+    del old["cas"]
+    assert _Record.from_json(json.dumps(old).encode(), "r").spec.cas is None
+    with pytest.raises(MountSpecError) as exc:
+        validate_spec(MountSpec("https://hub/x", "main", cas="tier:8080"))
+    assert exc.value.field == "cas"

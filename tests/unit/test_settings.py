@@ -135,6 +135,19 @@ def test_settings_defaults_and_overrides(tmp_path: Path) -> None:
     assert "tok" not in repr(Settings.load(token="tok", env={"GITXET_TOKEN": "tok"}))
 
 
+def test_cache_tier_url() -> None:
+    assert Settings.load(env={}).cas_url is None
+    s = Settings.load(env={"GITXET_CAS_URL": "http://tier:8080/"})
+    assert s.cas_url == "http://tier:8080"
+    assert Settings.load(cas_url="https://t2", env={"GITXET_CAS_URL": "http://t"}).cas_url == (
+        "https://t2"
+    )
+    for bad in ("tier:8080", "ftp://t", "http://u:secret@t", "http://t/?sig=x", "http://"):
+        with pytest.raises(ConfigError) as exc:
+            Settings.load(env={"GITXET_CAS_URL": bad})
+        assert "secret" not in str(exc.value)
+
+
 def test_token_lookup_order(memkeyring: MemoryKeyring) -> None:
     url = "http://user:from-url@h:1/data.git"
     memkeyring.set_password("gitxet", "http://h:1", "from-keyring")
