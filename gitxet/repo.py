@@ -607,15 +607,32 @@ class XetRepo:
         n_workers = workers or min(8, len(todo))
         done: dict[str, os.stat_result] = {}
         by_path = {f.path: f for f in todo}
-        with wt, concurrent.futures.ThreadPoolExecutor(n_workers, "gitxet-materialize") as pool:
-            futures = {pool.submit(write_one, f): f.path for f in todo if f.path in modes}
-            for fut in concurrent.futures.as_completed(futures):
+        # in store order: the writers then read each xorb front to back, and it is read
+        # ahead of them (8 threads reading parts of one file defeat the kernel's read-ahead)
+        ordered, ahead = self._store_order([f for f in todo if f.path in modes])
+
+        def collect(
+            finished: Iterable[concurrent.futures.Future[tuple[str, os.stat_result]]],
+        ) -> None:
+            for fut in finished:
                 try:
                     path, st = fut.result()
                 except (GitxetError, OSError) as exc:
-                    failed.append((futures[fut], exc))
+                    failed.append((futures.pop(fut), exc))
                 else:
+                    futures.pop(fut)
                     done[path] = st
+
+        futures: dict[concurrent.futures.Future[tuple[str, os.stat_result]], str] = {}
+        with wt, concurrent.futures.ThreadPoolExecutor(n_workers, "gitxet-materialize") as pool:
+            for f in ahead.pace(ordered):  # a bounded window in flight: read-ahead keeps pace
+                while len(futures) >= 4 * n_workers:
+                    finished, _ = concurrent.futures.wait(
+                        futures, return_when=concurrent.futures.FIRST_COMPLETED
+                    )
+                    collect(finished)
+                futures[pool.submit(write_one, f)] = f.path
+            collect(list(concurrent.futures.as_completed(list(futures))))
         written = {
             path: [st.st_size, st.st_mtime_ns, st.st_ino, by_path[path].pointer.encode().decode()]
             for path, st in done.items()
@@ -625,6 +642,24 @@ class XetRepo:
         if failed:
             raise MaterializeError(sorted(failed, key=lambda item: item[0]))
         return len(done)
+
+    def _store_order(self, files: list[PointerFile]) -> tuple[list[PointerFile], _ReadAhead]:
+        """``files`` sorted by where their data is in the local store (xorb, first chunk),
+        and a pacer that reads each xorb's needed chunks ahead as the writers reach it."""
+        keyed: list[tuple[bytes, int, PointerFile]] = []
+        spans: dict[bytes, list[int]] = {}
+        for f in files:
+            info = self.cas.file_info(from_hex(f.pointer.xet_hash)) if f.pointer.size else None
+            if info is None or not info.terms:
+                keyed.append((b"", 0, f))
+                continue
+            for t in info.terms:
+                span = spans.setdefault(t.xorb_hash, [t.chunk_start, t.chunk_end])
+                span[0], span[1] = min(span[0], t.chunk_start), max(span[1], t.chunk_end)
+            first = info.terms[0]
+            keyed.append((first.xorb_hash, first.chunk_start, f))
+        keyed.sort(key=lambda k: (k[0], k[1]))
+        return [f for _, _, f in keyed], _ReadAhead(self.cas, [k[0] for k in keyed], spans)
 
     def _named_by_index(
         self, files: Sequence[PointerFile]
@@ -890,6 +925,30 @@ def _keep_mode(wt: WorkTree, path: str, git_mode: int) -> int:
         if st is not None and stat.S_ISREG(st.st_mode):
             return st.st_mode & 0o777
     return 0o755 if git_mode & 0o100 else 0o644
+
+
+class _ReadAhead:
+    """Hands out files in order and asks the store to read ahead the xorbs the next ones
+    need (``LocalCAS.readahead``), at most two xorbs (~128 MiB) ahead of the writers."""
+
+    def __init__(self, cas: LocalCAS, xorbs: list[bytes], spans: dict[bytes, list[int]]) -> None:
+        self._cas = cas
+        self._xorbs = xorbs
+        self._spans = spans
+        self._advised: set[bytes] = set()
+
+    def pace(self, files: list[PointerFile]) -> Iterator[PointerFile]:
+        order = list(dict.fromkeys(x for x in self._xorbs if x))
+        where = {x: i for i, x in enumerate(order)}
+        for i, f in enumerate(files):
+            x = self._xorbs[i]
+            if x:
+                for y in order[where[x] : where[x] + 2]:  # this xorb and the next one
+                    if y not in self._advised:
+                        self._advised.add(y)
+                        lo, hi = self._spans[y]
+                        self._cas.readahead(y, lo, hi)
+            yield f
 
 
 def _matches(path: bytes, pattern: str) -> bool:

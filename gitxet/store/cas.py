@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from gitxet.errors import (
     FormatError,
+    GitxetError,
     IntegrityError,
     ShardFormatError,
     StoreError,
@@ -58,7 +59,7 @@ MAX_OPEN_XORBS = 64
 #: verified xorb layouts kept per store
 MAX_LAYOUTS = 4096
 #: file reconstructions kept per store
-MAX_FILE_INFOS = 4096
+MAX_FILE_INFOS = 1 << 16  # ~300 bytes each: a clone asks for every file several times
 
 # files.pos: the byte offset of the file's block in its shard, so a lookup reads one block
 # instead of parsing a shard of maybe 100,000 files
@@ -487,6 +488,18 @@ class LocalCAS:
             b = hi - offs[i] if i == c1 - 1 else offs[i + 1] - offs[i]
             pieces.append(view[at + a : at + b])
         return b"".join(pieces)
+
+    def readahead(self, xorb_hash: bytes, start: int, end: int) -> None:
+        """Ask the kernel to read chunks ``[start, end)`` of a stored xorb into the page
+        cache now, in the background (a hint: errors are ignored). Many threads reading
+        parts of one xorb at once defeat the kernel's own read-ahead."""
+        try:
+            lay = self.layout(xorb_hash)
+            a, b = lay.byte_offsets[start], lay.byte_offsets[min(end, lay.num_chunks)]
+            with self._open_xorb(xorb_hash) as xf:
+                os.posix_fadvise(xf.fd, a, b - a, os.POSIX_FADV_WILLNEED)
+        except (OSError, GitxetError, IndexError):
+            pass
 
     def xorb_body(self, xorb_hash: bytes, *, verify: bool = True) -> bytes:
         """The whole serialized xorb without footer (what is uploaded).

@@ -148,9 +148,10 @@ def test_batched_add_packs_small_files_and_a_crashed_filter_is_recovered(
         "filter_protocol.serve = dying\n"
         "hot.filter_process()\n"
     )
+    real = run("git", "config", "filter.xet.process", cwd=work).stdout.strip()
     run("git", "config", "filter.xet.process", f"{sys.executable} {crash}", cwd=work)
     run("git", "add", "a", cwd=work)
-    run("git", "config", "--unset", "filter.xet.process", cwd=work)
+    run("git", "config", "filter.xet.process", real, cwd=work)
     store = LocalCAS(str(work / ".git" / "xet"))
     assert list(store.xorb_hashes()) == []  # the batch never reached the store
     assert len(os.listdir(work / ".git" / "xet" / "staging")) == 1
