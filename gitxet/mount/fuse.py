@@ -117,9 +117,10 @@ class XetFuseOperations(pyfuse3.Operations):
         # File and directory handles are the model inode itself: no per-open state, so a
         # serving process that takes over the FUSE connection (gitxet.mount.supervisor)
         # understands the handles its predecessor gave out. Listings are kept per directory
-        # (a commit's directory never changes), bounded by their entry count.
-        self._listings: LRUCache[int, list[tuple[bytes, Attrs]]] = LRUCache(
-            LISTING_ENTRIES, weigher=lambda entries: len(entries) + 1
+        # (a commit's directory never changes), bounded by their entry count; only names and
+        # inode numbers (16 bytes an entry): attributes come from the model per reply.
+        self._listings: LRUCache[int, tuple[list[bytes], list[int]]] = LRUCache(
+            LISTING_ENTRIES, weigher=lambda listing: len(listing[0]) + 1
         )
 
     #: called from libfuse's INIT handler (a takeover swaps the real connection in there)
@@ -262,23 +263,31 @@ class XetFuseOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         return ino
 
-    def _listing(self, ino: int) -> list[tuple[bytes, Attrs]]:
+    def _listing(self, ino: int) -> tuple[list[bytes], list[int]]:
         # "." and ".." first; offsets are index + 1 into this list, stable because the model
         # lists a directory of an immutable commit the same way every time.
-        here = self.fs.getattr(ino)
-        up = self.fs.getattr(self.fs.parent(ino))
-        return [(b".", here), (b"..", up), *self.fs.readdir(ino)]
+        names = [b".", b".."]
+        inos = [ino, self.fs.parent(ino)]
+        for name, attrs in self.fs.readdir(ino):
+            names.append(name)
+            inos.append(attrs.ino)
+        return names, inos
 
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
-        entries = self._listings.get(fh)
-        if entries is None:
+        listing = self._listings.get(fh)
+        if listing is None:
             # Listed once, not per readdir call: a huge directory is read in many readdir
             # calls, and re-listing it on every call would be quadratic.
-            entries = await self._offload(self._meta_limiter, f"readdir {fh}", self._listing, fh)
-            self._listings.put(fh, entries)
-        for idx in range(start_id, len(entries)):
-            name, attrs = entries[idx]
-            if not pyfuse3.readdir_reply(token, name, self.entry(attrs), idx + 1):
+            listing = await self._offload(self._meta_limiter, f"readdir {fh}", self._listing, fh)
+            self._listings.put(fh, listing)
+        names, inos = listing
+        getattr_ = self.fs.getattr  # memory only: the listing handed these nodes out
+        for idx in range(start_id, len(names)):
+            try:
+                attrs = getattr_(inos[idx])
+            except Exception as exc:
+                raise self._fail(f"readdir {fh}", exc) from None
+            if not pyfuse3.readdir_reply(token, names[idx], self.entry(attrs), idx + 1):
                 break
 
     async def releasedir(self, fh: int) -> None:
