@@ -428,6 +428,16 @@ def test_no_token_or_a_refused_token_gets_401_from_the_tier_and_no_data(stored: 
         for bad in (url.replace("sig=", "sig=A"), url.split("?")[0]):
             r = h.get(bad, headers={"Range": "bytes=0-99"})
             assert r.status_code == 403 and len(r.content) < 200
+        # a URL whose xorb the tier forgot (a restart): 403, and a new location works
+        stored.tier.state.tier._known.clear()
+        r = h.get(url, headers={"Range": "bytes=0-99"})
+        assert r.status_code == 403 and "ask for a new location" in r.json()["error"]
+        xhex = url.split("/xorb-data/default/")[1].split("?")[0]
+        loc = h.get(
+            t + f"/v1/xorb-locations/{xhex}",
+            headers={"Authorization": f"Bearer {stored.origin.read}"},
+        ).json()
+        assert h.get(loc["url"], headers={"Range": "bytes=0-99"}).status_code == 206
         # uploads are refused, naming the origin
         auth = {"Authorization": f"Bearer {stored.origin.write}"}
         r = h.post(t + f"/v1/xorbs/default/{'0' * 64}", content=b"x", headers=auth)
