@@ -487,14 +487,7 @@ class XetRepo:
 
     def _index_files(self, paths: Sequence[str] = ()) -> dict[str, tuple[int, str]]:
         """Regular files git's index names (merged entries only): path -> (mode, blob id)."""
-        out = process.run_git(["ls-files", "-s", "-z", "--", *paths], cwd=self.cwd)
-        files: dict[str, tuple[int, str]] = {}
-        for rec in out.split(b"\0"):
-            meta, _, path = rec.partition(b"\t")
-            fields = meta.split(b" ")
-            if len(fields) == 3 and fields[0] in (b"100644", b"100755") and fields[2] == b"0":
-                files[os.fsdecode(path)] = (int(fields[0], 8), fields[1].decode("ascii"))
-        return files
+        return process.index_files(self.cwd, paths)
 
     @contextlib.contextmanager
     def _open_worktree(self) -> Iterator[WorkTree | None]:
@@ -505,19 +498,7 @@ class XetRepo:
             yield wt
 
     def _blob_sizes(self, oids: Sequence[str]) -> dict[str, int]:
-        if not oids:
-            return {}
-        out = process.run_git(
-            ["cat-file", "--batch-check=%(objectname) %(objectsize)"],
-            cwd=self.cwd,
-            input=("\n".join(oids) + "\n").encode(),
-        )
-        sizes: dict[str, int] = {}
-        for line in out.decode().splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[1].isdigit():
-                sizes[parts[0]] = int(parts[1])
-        return sizes
+        return process.blob_sizes(self.cwd, oids)
 
     def _is_materialized(self, wt: WorkTree | None, path: str, ptr: Pointer) -> bool | None:
         if wt is None:
@@ -798,18 +779,12 @@ class XetRepo:
         """Those of ``paths`` whose index stat no longer matches the work tree (no reads)."""
         if not paths:
             return []
-        out = process.run_git(["diff-files", "--name-only", "-z"], cwd=self.cwd, check=False)
-        dirty = {os.fsdecode(p) for p in out.split(b"\0") if p}
+        dirty = process.stat_changed(self.cwd)
         return [p for p in paths if p in dirty]
 
     def _refresh(self, paths: Sequence[str]) -> None:
         # stat info changed but the cleaned content did not: let git re-check it
-        for i in range(0, len(paths), 1000):  # stay far below the argument-size limit
-            process.run_git(
-                ["update-index", "-q", "--refresh", "--", *paths[i : i + 1000]],
-                cwd=self.cwd,
-                check=False,
-            )
+        process.refresh_index(self.cwd, paths)
 
     # ---- where the data of history is (fsck, status, the repairing push) ---------------------
 
@@ -820,10 +795,7 @@ class XetRepo:
                 return [process.rev_parse(self.cwd, "HEAD")]
             except GitError:
                 return []
-        out = process.run_git(
-            ["for-each-ref", "--format=%(objectname)", "refs/heads", "refs/tags"], cwd=self.cwd
-        )
-        return list(dict.fromkeys(out.decode().split()))
+        return process.ref_tips(self.cwd, ["refs/heads", "refs/tags"])
 
     def history_pointers(self, revs: Sequence[str]) -> list[tuple[str, Pointer]]:
         """(path, pointer) of every pointer blob reachable from ``revs``, one per file."""
@@ -872,20 +844,11 @@ class XetRepo:
         import time
 
         cutoff = (time.time() if now is None else now) - days * 86400
-        out = process.run_git(
-            [
-                "for-each-ref",
-                "--format=%(objectname) %(committerdate:unix) %(refname)",
-                "refs/heads",
-                "refs/remotes",
-                "refs/stash",
-            ],
-            cwd=self.cwd,
-        )
         tips: list[str] = []
-        for line in out.decode("utf-8", "replace").splitlines():
-            oid, when, ref = [*line.split(" ", 2), "", ""][:3]
-            recent = when.isdigit() and int(when) >= cutoff
+        for oid, when, ref in process.ref_dates(
+            self.cwd, ["refs/heads", "refs/remotes", "refs/stash"]
+        ):
+            recent = when is not None and when >= cutoff
             if (recent or ref == "refs/stash") and not ref.endswith("/HEAD"):
                 tips.append(oid)
         return list(dict.fromkeys(tips))

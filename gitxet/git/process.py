@@ -60,6 +60,7 @@ __all__ = [
     "Scope",
     "TreeEntry",
     "batch_check",
+    "blob_sizes",
     "changed_paths",
     "config_add",
     "config_get",
@@ -71,10 +72,14 @@ __all__ = [
     "current_branch",
     "git_dir",
     "git_version",
+    "index_files",
     "index_matches",
     "iter_ls_tree",
     "list_remotes",
     "ls_tree",
+    "ref_dates",
+    "ref_tips",
+    "refresh_index",
     "remote_failure",
     "remote_refs_containing",
     "remote_url",
@@ -82,6 +87,7 @@ __all__ = [
     "rev_parse",
     "run_git",
     "small_blobs",
+    "stat_changed",
     "toplevel",
 ]
 
@@ -426,6 +432,70 @@ def index_matches(cwd: PathArg, pathspecs: Sequence[str]) -> bool:
     """Whether every pathspec names at least one file in the index."""
     args = ["ls-files", "-z", "--error-unmatch", "--", *pathspecs]
     return run(args, cwd, None).returncode == 0
+
+
+def index_files(cwd: PathArg, paths: Sequence[str] = ()) -> dict[str, tuple[int, str]]:
+    """Regular files the index names (merged entries only, limited to the pathspecs
+    ``paths``): path -> (git mode, blob id)."""
+    out = run_git(["ls-files", "-s", "-z", "--", *paths], cwd)
+    files: dict[str, tuple[int, str]] = {}
+    for rec in out.split(b"\0"):
+        meta, _, path = rec.partition(b"\t")
+        fields = meta.split(b" ")
+        if len(fields) == 3 and fields[0] in (b"100644", b"100755") and fields[2] == b"0":
+            files[os.fsdecode(path)] = (int(fields[0], 8), fields[1].decode("ascii"))
+    return files
+
+
+def stat_changed(cwd: PathArg) -> set[str]:
+    """Paths whose index stat data no longer matches the work tree (``diff-files``: git
+    compares stat data only and reads no file); empty when git cannot tell."""
+    out = run_git(["diff-files", "--name-only", "-z"], cwd, check=False)
+    return {os.fsdecode(p) for p in out.split(b"\0") if p}
+
+
+def refresh_index(cwd: PathArg, paths: Sequence[str]) -> None:
+    """Let git re-check the stat data of ``paths`` (``update-index --refresh``): files
+    whose stat changed while their cleaned content did not. Failures are git's to report
+    later (``git status``), not errors here."""
+    for i in range(0, len(paths), 1000):  # stay far below the argument-size limit
+        run_git(["update-index", "-q", "--refresh", "--", *paths[i : i + 1000]], cwd, check=False)
+
+
+def blob_sizes(cwd: PathArg, oids: Sequence[str]) -> dict[str, int]:
+    """Object id -> size of those of ``oids`` the repository has (one ``--batch-check``)."""
+    if not oids:
+        return {}
+    out = run_git(
+        ["cat-file", "--batch-check=%(objectname) %(objectsize)"],
+        cwd,
+        input=("\n".join(oids) + "\n").encode(),
+    )
+    sizes: dict[str, int] = {}
+    for line in out.decode().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            sizes[parts[0]] = int(parts[1])
+    return sizes
+
+
+def ref_tips(cwd: PathArg, prefixes: Sequence[str]) -> list[str]:
+    """The commits the refs under ``prefixes`` (``refs/heads``...) point at, once each."""
+    out = run_git(["for-each-ref", "--format=%(objectname)", *prefixes], cwd)
+    return list(dict.fromkeys(out.decode().split()))
+
+
+def ref_dates(cwd: PathArg, prefixes: Sequence[str]) -> list[tuple[str, int | None, str]]:
+    """``(commit, committer time or None, ref name)`` of each ref under ``prefixes``."""
+    out = run_git(
+        ["for-each-ref", "--format=%(objectname) %(committerdate:unix) %(refname)", *prefixes],
+        cwd,
+    )
+    refs: list[tuple[str, int | None, str]] = []
+    for line in out.decode("utf-8", "replace").splitlines():
+        oid, when, ref = [*line.split(" ", 2), "", ""][:3]
+        refs.append((oid, int(when) if when.isdigit() else None, ref))
+    return refs
 
 
 def remote_failure(url: str, message: str) -> GitError | NotFoundError | RemoteError:

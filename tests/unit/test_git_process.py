@@ -294,3 +294,30 @@ def test_batch_check_streams_many_names(repo: Path) -> None:
     it.close()  # kills git and the feeder thread ends; nothing leaks
     with pytest.raises(GitError, match="invalid object name"):
         list(gp.batch_check(repo, ["HEAD", "bad\nname"]))
+
+
+def test_index_files_stat_changed_and_refresh(repo: Path, run_git_cmd: Git) -> None:
+    files = gp.index_files(repo)
+    assert files["run.sh"][0] == 0o100755
+    assert files["plain.txt"] == (0o100644, run_git_cmd(repo, "rev-parse", ":plain.txt").strip())
+    assert "link" not in files  # regular files only
+    assert set(gp.index_files(repo, ["dir"])) == {"dir/sub/deep.dat"}
+    assert gp.stat_changed(repo) == set()
+    st = (repo / "plain.txt").stat()
+    os.utime(repo / "plain.txt", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert gp.stat_changed(repo) == {"plain.txt"}
+    gp.refresh_index(repo, ["plain.txt"])  # same content: git takes the new stat
+    assert gp.stat_changed(repo) == set()
+
+
+def test_blob_sizes_and_refs(repo: Path, run_git_cmd: Git) -> None:
+    oid = run_git_cmd(repo, "rev-parse", ":dir/sub/deep.dat").strip()
+    assert gp.blob_sizes(repo, [oid, "0" * 40]) == {oid: 600}
+    assert gp.blob_sizes(repo, []) == {}
+    head = run_git_cmd(repo, "rev-parse", "HEAD").strip()
+    run_git_cmd(repo, "tag", "v1")
+    run_git_cmd(repo, "branch", "other")
+    assert gp.ref_tips(repo, ["refs/heads", "refs/tags"]) == [head]
+    dates = gp.ref_dates(repo, ["refs/heads"])
+    assert sorted(ref for _, _, ref in dates) == ["refs/heads/main", "refs/heads/other"]
+    assert all(oid == head and isinstance(when, int) for oid, when, _ in dates)
