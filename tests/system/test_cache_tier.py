@@ -13,6 +13,9 @@ separate caches reading `xet://` paths with `cas_url=`. What is checked:
   URL: 403;
 * a range corrupted on the origin is refused by the tier (never cached, never served) and the
   reader gets an error naming the verification failure;
+* `nfs-serve --cas-url` after a warmup reads everything through the tier; the tier's counters
+  are on its Prometheus endpoint (`--metrics`);
+* a clone through the tier of a file corrupted on the origin fails with a clear error;
 * killing the tier mid-read: readers fall back to the origin (a warning) and finish, within
   30 s.
 """
@@ -24,6 +27,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -157,10 +161,12 @@ class TierProcess:
     def __init__(self, upstream: str, cache_dir: Path, log: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
         self.log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         argv = [sys.executable, "-m", "gitxet", "serve", "--upstream", upstream]
         argv += ["--cache-dir", str(cache_dir), "--cache-size", "1G"]
         argv += ["--port", str(self.port), "--log-level", "warning"]
+        argv += ["--metrics", self.metrics_url.removeprefix("http://").removesuffix("/metrics")]
         self.proc = subprocess.Popen(
             argv,
             stdout=self.log,
@@ -173,6 +179,13 @@ class TierProcess:
         r.raise_for_status()
         doc: dict[str, int] = r.json()
         return doc
+
+    def metrics(self) -> dict[str, float]:
+        """The samples of its Prometheus endpoint (``--metrics``), by name and labels."""
+        r = httpx.get(self.metrics_url, timeout=10)
+        r.raise_for_status()
+        lines = [ln for ln in r.text.splitlines() if ln and not ln.startswith("#")]
+        return {k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in lines)}
 
     def stop(self) -> None:
         stop_process(self.proc)
@@ -265,6 +278,11 @@ def test_eight_cold_readers_through_a_cold_tier_make_the_origin_serve_the_commit
     # misses count every request that waited for an origin fetch (its own or a shared one)
     assert stats["misses"] >= stats["origin_requests"] > 0
     assert stats["hits"] > 0
+    # the same counters on the tier's Prometheus endpoint (--metrics)
+    m = tier.metrics()
+    for key in ("hits", "misses", "origin_requests", "origin_bytes", "served_bytes"):
+        assert m[f"gitxet_tier_{key}_total"] == stats[key], key
+    assert m["gitxet_tier_cache_bytes"] == stats["cache_bytes"] > 0
     # the same 8 readers straight to the origin: it serves every copy
     origin.log.reset()
     _read_all(tmp_path, commit, "", origin.read, "direct")
@@ -344,6 +362,84 @@ def test_clone_and_mount_with_cas_url_read_through_the_tier(
         _run("git-xet", "unmount", str(mnt), cwd=tmp_path, env=env)
     # git went to the origin, every byte of data came from the tier
     assert origin.log.data_bytes == 0
+
+
+@pytest.mark.nfs
+def test_nfs_serve_with_cas_url_reads_through_the_tier(
+    origin: Origin, commit: Commit, tier: TierProcess, tmp_path: Path
+) -> None:
+    if shutil.which("nfs-cat") is None:
+        pytest.skip("nfs-cat (libnfs-utils) not installed")
+    _warm(tier, commit, origin, tmp_path)
+    origin.log.reset()
+    served = tier.stats()["served_bytes"]
+    env = dict(os.environ, GITXET_TOKEN=origin.read, GITXET_CACHE_DIR=str(tmp_path / "nfs"))
+    env.pop("GITXET_CAS_URL", None)
+    argv = ["git-xet", "nfs-serve", "--cas-url", tier.url, commit.repo, "main"]
+    with subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    ) as p:
+        try:
+            assert p.stdout is not None
+            url = p.stdout.readline().strip()
+            assert url.startswith("nfs://127.0.0.1/"), url
+            base, _, query = url.partition("?")
+            for name, data in commit.files.items():
+                out = subprocess.run(
+                    ["nfs-cat", f"{base.rstrip('/')}//{name}?{query}"],
+                    capture_output=True,
+                    timeout=120,
+                    check=False,
+                )
+                assert out.returncode == 0, out.stderr
+                assert out.stdout == data, name
+        finally:
+            p.terminate()
+            p.wait(timeout=30)
+    # every byte came through the tier, none from the origin
+    assert origin.log.data_bytes == 0
+    assert tier.stats()["served_bytes"] - served >= sum(FILES.values())
+
+
+def test_a_clone_through_the_tier_of_data_corrupted_on_the_origin_fails_clearly(
+    origin: Origin, commit: Commit, tier: TierProcess, tmp_path: Path
+) -> None:
+    path = max(origin.xorb_paths(), key=lambda q: q.stat().st_size)
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0x5A
+    path.write_bytes(bytes(raw))
+    origin.log.reset()
+    env = dict(os.environ, GITXET_TOKEN=origin.read, GITXET_CACHE_DIR=str(tmp_path / "c"))
+    env.pop("GITXET_CAS_URL", None)
+    authed = commit.repo.replace("http://", f"http://gitxet:{origin.read}@")  # for git
+    r = subprocess.run(
+        ["git-xet", "clone", "--cas-url", tier.url, authed, "cl"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode != 0
+    assert "failed verification" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert origin.log.data_bytes > 0  # the tier did fetch it
+    stats = tier.stats()
+    assert stats["refused_ranges"] >= 1
+    # what the tier refused it neither cached nor served: a second reader is refused too,
+    # and the origin is asked again (nothing bad was kept)
+    before = stats["origin_requests"]
+    r = subprocess.run(
+        ["git-xet", "clone", "--cas-url", tier.url, authed, "cl2"],
+        cwd=tmp_path,
+        env=dict(env, GITXET_CACHE_DIR=str(tmp_path / "c2")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode != 0 and "failed verification" in r.stderr, r.stderr
+    assert tier.stats()["origin_requests"] > before
 
 
 def test_a_tier_down_mid_read_readers_fall_back_to_the_origin_within_30s(
