@@ -12,8 +12,15 @@ at a time, and printing the files' SHA-256 (every copy must be right). Scenarios
 * ``tier warm, 1``: one reader alone through the now warm tier (the goal's yardstick);
 * ``tier warm, N``: N readers through the warm tier.
 
-Goals (issue 17): through a cold tier the origin serves <= 1.1x the commit's xorb bytes,
-and the N readers' wall time is <= 1.5x that of one reader alone through a warm tier.
+Goals (issue 17): through a cold tier the origin serves <= 1.1x the commit's xorb bytes
+(the bytes of the xorbs the origin stores), and the N readers' wall time is <= 1.5x that of
+one reader alone through a warm tier.
+
+Each row also gives the CPU seconds the readers, the tier and the origin spent, and the
+*CPU floor*: those seconds over the machine's CPUs, the least wall time the work could
+take here. N readers on N machines would each have their own CPUs; on one machine with
+fewer CPUs than readers the N readers' wall is bound by the floor, not by the tier (the
+``tier warm, N`` row shows that floor for the same work without any origin fetch).
 
     flock /work/heavy.lock python bench/fleet.py [--size-mib 1024] [--readers 8] [--dir D]
 """
@@ -25,6 +32,7 @@ import hashlib
 import json
 import os
 import random
+import resource
 import shutil
 import socket
 import subprocess
@@ -107,6 +115,7 @@ class Fleet:
         self.metrics = ""
         self.tier = ""
         self.tier_proc: subprocess.Popen[bytes] | None = None
+        self.origin_proc: subprocess.Popen[bytes] | None = None
 
     # ---- servers ------------------------------------------------------------------------
 
@@ -131,7 +140,7 @@ class Fleet:
             tok.write_text(next(w for w in out.split() if w.startswith("gxt_")))
         self.env["GITXET_TOKEN"] = tok.read_text().strip()
         mport = free_port()
-        _, port = self._start(
+        self.origin_proc, port = self._start(
             ["git-xet", "serve", "--root", str(srv), "--metrics", f"127.0.0.1:{mport}"],
             "origin.log",
         )
@@ -151,6 +160,22 @@ class Fleet:
             p.terminate()
         for p in self.procs:
             p.wait(30)
+
+    def commit_xorb_bytes(self) -> int:
+        """Bytes of the xorbs the origin stores (the one commit's)."""
+        root = self.work / "srv" / "cas" / "xorbs"
+        return sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+
+    def server_cpu(self) -> tuple[float, float]:
+        """CPU seconds the origin and the tier have used so far."""
+
+        def cpu(proc: subprocess.Popen[bytes] | None) -> float:
+            if proc is None:
+                return 0.0
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        return cpu(self.origin_proc), cpu(self.tier_proc)
 
     def origin_xorb_bytes(self) -> int:
         """xorb bytes the origin has sent since it started (its Prometheus counter)."""
@@ -254,17 +279,23 @@ def main() -> None:
     n = args.readers
     f = Fleet(work, args.size_mib << 20, n)
     f.start_origin()
-    rows: list[tuple[str, float, int]] = []
+    rows: list[tuple[str, float, int, float, float, float]] = []
     try:
         f.build()
         f.start_tier()
-        commit = f.size  # incompressible: the xorb bytes are the data (plus chunk headers)
+        commit = f.commit_xorb_bytes()
 
         def run(label: str, readers: int, tier: str, tag: str) -> None:
             print(f"{label} ...", flush=True)
             before = f.origin_xorb_bytes()
+            cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            o0, t0 = f.server_cpu()
             wall = f.read(readers, tier, tag)
-            rows.append((label, wall, f.origin_xorb_bytes() - before))
+            cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            o1, t1 = f.server_cpu()
+            rcpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
+            served = f.origin_xorb_bytes() - before
+            rows.append((label, wall, served, rcpu, t1 - t0, o1 - o0))
 
         run(f"{n} readers, tier cold", n, f.tier, "cold")
         stats = f.tier_stats()
@@ -273,24 +304,32 @@ def main() -> None:
         run(f"{n} readers, tier warm", n, f.tier, "warmn")
     finally:
         f.stop()
-    mib = commit / (1 << 20)
-    print(f"\n{n} readers x {mib:.0f} MiB commit, loopback, {os.cpu_count()} CPUs\n")
-    print("| scenario | wall s | MiB/s per reader | origin served | x commit |")
-    print("|---|---:|---:|---:|---:|")
-    for label, wall, served in rows:
-        readers = 1 if label.startswith("1 ") else n
+    mib = f.size / (1 << 20)
+    cpus = os.cpu_count() or 1
+    print(
+        f"\n{n} readers x {mib:.0f} MiB commit ({commit / (1 << 20):.0f} MiB of xorbs), "
+        f"loopback, {cpus} CPUs\n"
+    )
+    print(
+        "| scenario | wall s | MiB/s per reader | origin served | x commit "
+        "| CPU s readers / tier / origin | CPU floor s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for label, wall, served, rcpu, tcpu, ocpu in rows:
         print(
-            f"| {label} | {wall:.1f} | {readers * mib / wall / readers:.0f} "
-            f"| {served / (1 << 20):.0f} MiB | {served / commit:.2f} |"
+            f"| {label} | {wall:.1f} | {mib / wall:.0f} "
+            f"| {served / (1 << 20):.0f} MiB | {served / commit:.2f} "
+            f"| {rcpu:.1f} / {tcpu:.1f} / {ocpu:.1f} | {(rcpu + tcpu + ocpu) / cpus:.1f} |"
         )
-    cold, origin, warm1 = rows[0], rows[1], rows[2]
+    cold, origin, warm1, warmn = rows
     print(
         f"\norigin bytes, tier cold vs straight: {cold[2] / commit:.2f}x vs "
-        f"{origin[2] / commit:.2f}x the commit (goal <= 1.1x through the tier)"
+        f"{origin[2] / commit:.2f}x the commit's xorbs (goal <= 1.1x through the tier)"
     )
     print(
         f"wall, {n} through a cold tier / 1 through a warm tier: {cold[1] / warm1[1]:.2f}x "
-        f"(goal <= 1.5x); {n} straight to the origin / {n} through a cold tier: "
+        f"(goal <= 1.5x); / {n} through a warm tier (the same reads, no origin): "
+        f"{cold[1] / warmn[1]:.2f}x; {n} straight to the origin / {n} through a cold tier: "
         f"{origin[1] / cold[1]:.2f}x"
     )
     print(
