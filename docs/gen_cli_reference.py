@@ -187,6 +187,13 @@ def configuration() -> list[str]:
         "| `GITXET_SKIP_PREPUSH` | `1`: the pre-push hook uploads nothing (`git xet push` sets "
         "it for the git push it runs after uploading) | unset |",
         "",
+        "gitxet also sets variables for its own child processes; they are not settings:",
+        "`GITXET_STATS_FILE` (where `git xet add`'s filter writes its dedup counts),",
+        "`GITXET_RECEIVE_CAS` and `GITXET_RECEIVE_TOKEN` (the CAS and the token",
+        "`git xet serve` gives its pre-receive hook). Building from source,",
+        "`GITXET_REQUIRE_NATIVE=1` makes a C chunker that fails to compile an error",
+        "(default: fall back to pure Python).",
+        "",
         "git config keys gitxet reads (`git config KEY VALUE`; `git xet env` shows them):",
         "",
         "| key | sets | default |",
