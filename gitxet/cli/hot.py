@@ -65,7 +65,7 @@ def ensure_hooks(repo: Any) -> None:
 def open_repo(path: str = ".", **kw: Any) -> Any:
     """The repository at ``path``, configured from the environment (the CLI's job)."""
     from gitxet.dataset import HttpAccess
-    from gitxet.repo import XetRepo
+    from gitxet.repo.repository import XetRepo
     from gitxet.settings import Settings, lazy_default
 
     if "remote_factory" not in kw:
@@ -199,7 +199,7 @@ def pre_receive() -> int:
     repository's store lacks, naming the first such file; git then moves no ref."""
     from gitxet.data.audit import first_dangling
     from gitxet.git.hooks import parse_pre_receive_input
-    from gitxet.repo import received_pointers
+    from gitxet.repo.pointers import received_pointers
 
     refs = parse_pre_receive_input(sys.stdin.buffer.read())
     tips = [r.new_oid for r in refs if not r.is_delete]

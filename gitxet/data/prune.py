@@ -1,7 +1,7 @@
 """Which shards and xorbs of a local store can go, given the files that must stay.
 
 ``git xet prune`` decides *which files* to keep (the repository's current checkout, recent
-refs, unpushed commits, mounted commits: :meth:`gitxet.repo.XetRepo.files_to_keep`); this
+refs, unpushed commits, mounted commits: :meth:`gitxet.repo.repository.XetRepo.files_to_keep`); this
 module turns that into whole objects: a shard stays when it describes a kept file, and
 every xorb a kept shard names (in a file's terms or in its xorb section) stays with it, so
 the store never holds a shard that points at a missing xorb. Objects written in the last

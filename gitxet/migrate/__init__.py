@@ -50,7 +50,7 @@ from gitxet.formats.pointer import MAX_POINTER_SIZE
 from gitxet.git import process
 from gitxet.git.attributes import PathSelector
 from gitxet.git.xetconfig import XETCONFIG, is_never_pointer
-from gitxet.repo import XetRepo
+from gitxet.repo.repository import XetRepo
 
 __all__ = [
     "LFS_VERSION_LINES",
@@ -648,7 +648,7 @@ def survey(repo: XetRepo, options: MigrateOptions) -> Survey:
     """Look at the history a migration with ``options`` would rewrite; change nothing."""
     from gitxet.formats.pointer import MAX_SIZE_VALUE
     from gitxet.git.catfile import batch_read
-    from gitxet.repo import try_pointer
+    from gitxet.repo.pointers import try_pointer
 
     threshold = options.threshold if options.threshold is not None else repo.threshold
     selector = PathSelector(options.include, options.exclude)

@@ -39,7 +39,8 @@ from gitxet.migrate import (
     _write_inline,
     check_clean,
 )
-from gitxet.repo import XetRepo, try_pointer
+from gitxet.repo.pointers import try_pointer
+from gitxet.repo.repository import XetRepo
 
 __all__ = ["export"]
 

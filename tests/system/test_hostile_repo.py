@@ -31,7 +31,8 @@ from gitxet.mount.nfs.mountd import MOUNT_PROGRAM, MountProc
 from gitxet.mount.nfs.nfs3 import NFS_PROGRAM, Proc
 from gitxet.mount.nfs.rpc import MSG_REPLY, RecordReader, encode_call, frame_record
 from gitxet.mount.nfs.xdr import Packer, Unpacker
-from gitxet.repo import PointerFile, XetRepo
+from gitxet.repo.pointers import PointerFile
+from gitxet.repo.repository import XetRepo
 from gitxet.vfs.model import BROKEN_LINK_TARGET
 from tests.helpers.fuse_env import require_fuse
 from tests.helpers.hostile import DOTGIT_NAMES, HFS_NAME, Hostile, build

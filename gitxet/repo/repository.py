@@ -17,7 +17,6 @@ import os
 import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, cast
 
@@ -44,12 +43,10 @@ from gitxet.errors import (
     GitxetError,
     MaterializeError,
     NotFoundError,
-    PointerFormatError,
     UnsafePathError,
 )
 from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
 from gitxet.git import process
-from gitxet.git.catfile import batch_read
 from gitxet.git.checkattr import AttrQuery
 from gitxet.git.filter_protocol import NO_META, SmudgeMeta
 from gitxet.git.index import Restat, blob_id, restat_entries
@@ -57,6 +54,13 @@ from gitxet.git.paths import unsafe_path
 from gitxet.git.worktree import WorkTree
 from gitxet.git.xetconfig import THRESHOLD_KEY, Setting, is_never_pointer, read_setting
 from gitxet.hashing import from_hex, to_hex
+from gitxet.repo.pointers import (
+    PointerFile,
+    history_pointers,
+    paths_in_history,
+    pointer_files,
+    try_pointer,
+)
 from gitxet.settings import (
     parse_bool,
     parse_size,
@@ -86,57 +90,6 @@ class _Counting(io.RawIOBase):
         n = self._out.write(data)
         self._advance(n)
         return n
-
-
-def try_pointer(data: bytes) -> Pointer | None:
-    """The pointer ``data`` encodes, or None when it is anything else."""
-    if len(data) > MAX_POINTER_SIZE:
-        return None
-    try:
-        return Pointer.decode(data)
-    except PointerFormatError:
-        return None
-
-
-def read_pointer_blobs(
-    cwd: str, oids: Sequence[tuple[str, bytes]]
-) -> Iterator[tuple[bytes, Pointer]]:
-    """``(path, pointer)`` for each ``(blob id, path)`` whose blob is a pointer."""
-    if not oids:
-        return
-    paths = [path for _, path in oids]
-    # one pipelined cat-file for all of them: no round trip per blob
-    answers = batch_read(cwd, [oid for oid, _ in oids], MAX_POINTER_SIZE)
-    for path, (oid, info, data) in zip(paths, answers, strict=True):
-        if info is None:
-            raise GitObjectNotFoundError(oid)
-        ptr = try_pointer(data) if info.type == "blob" and data else None
-        if ptr is not None:
-            yield path, ptr
-
-
-def received_pointers(git_dir: str, tips: Sequence[str]) -> list[tuple[str, Pointer]]:
-    """``(path, pointer)`` of the pointer blobs ``tips`` reach and no ref does, one per file.
-
-    That is what a push adds, asked from a pre-receive hook (git makes the pushed objects
-    visible to it before any ref moves). Paths are rev-list's hints, for messages.
-    """
-    if not tips:
-        return []
-    blobs = [(b.oid, b.path) for b in process.small_blobs(git_dir, tips, exclude_refs=True)]
-    seen: dict[str, tuple[str, Pointer]] = {}
-    for path, ptr in read_pointer_blobs(git_dir, blobs):
-        seen.setdefault(ptr.xet_hash, (os.fsdecode(path), ptr))
-    return list(seen.values())
-
-
-@dataclass(frozen=True, slots=True)
-class PointerFile:
-    """A pointer blob at a path of a tree or the index."""
-
-    path: str
-    pointer: Pointer
-    materialized: bool | None  # None: not checked (bare repo or another revision)
 
 
 class XetRepo:
@@ -425,9 +378,6 @@ class XetRepo:
 
     # ---- pointers in history -------------------------------------------------------------
 
-    def _read_pointers(self, oids: Sequence[tuple[str, bytes]]) -> Iterator[tuple[bytes, Pointer]]:
-        return read_pointer_blobs(self.cwd, oids)
-
     def pointers_to_push(
         self, revs: Sequence[str], exclude: Sequence[str] = (), remote: str | None = None
     ) -> list[Pointer]:
@@ -438,11 +388,7 @@ class XetRepo:
         self, revs: Sequence[str], exclude: Sequence[str] = (), remote: str | None = None
     ) -> list[tuple[str, Pointer]]:
         """:meth:`pointers_to_push` with the path each pointer was found at."""
-        blobs = list(process.small_blobs(self.cwd, revs, exclude, remote))
-        found = [
-            (os.fsdecode(p), ptr)
-            for p, ptr in self._read_pointers([(b.oid, b.path) for b in blobs])
-        ]
+        found = paths_in_history(self.cwd, revs, exclude, remote)
         for path, ptr in found:  # to name a file, not a hash, when its data is missing
             self._paths_by_hash.setdefault(ptr.xet_hash, path)
         return found
@@ -451,31 +397,9 @@ class XetRepo:
         self, rev: str | None = "HEAD", paths: Sequence[str] = ()
     ) -> list[PointerFile]:
         """Pointer files of a revision (or of the index when ``rev`` is None)."""
-        entries: list[tuple[str, bytes]] = []
-        if rev is None:
-            index = self._index_files(paths)
-            entries = [(oid, os.fsencode(path)) for path, (_mode, oid) in index.items()]
-        else:
-            for e in process.iter_ls_tree(self.cwd, rev, recursive=True):
-                if e.type == "blob" and e.mode in (0o100644, 0o100755):
-                    if paths and not any(_matches(e.path, p) for p in paths):
-                        continue
-                    if unsafe_path(e.path) is not None:
-                        continue  # a hostile tree's '.git/x', '../x': never a file of ours
-                    if e.size is not None and e.size <= MAX_POINTER_SIZE:
-                        entries.append((e.oid, e.path))
-        sizes = self._blob_sizes([oid for oid, _ in entries])
-        small = [
-            (oid, path)
-            for oid, path in entries
-            if sizes.get(oid, MAX_POINTER_SIZE + 1) <= MAX_POINTER_SIZE
-        ]
-        result: list[PointerFile] = []
-        with self._open_worktree() as wt:
-            for path, ptr in self._read_pointers(small):
-                p = os.fsdecode(path)
-                result.append(PointerFile(p, ptr, self._is_materialized(wt, p, ptr)))
-                self._paths_by_hash.setdefault(ptr.xet_hash, p)  # to name files in errors
+        result = pointer_files(self.cwd, self.worktree, rev, paths)
+        for f in result:
+            self._paths_by_hash.setdefault(f.pointer.xet_hash, f.path)  # to name files in errors
         return result
 
     def unmatched_paths(self, paths: Sequence[str]) -> list[str]:
@@ -484,36 +408,6 @@ class XetRepo:
         if not paths or process.index_matches(self.cwd, paths):
             return []
         return [p for p in paths if not process.index_matches(self.cwd, [p])]
-
-    def _index_files(self, paths: Sequence[str] = ()) -> dict[str, tuple[int, str]]:
-        """Regular files git's index names (merged entries only): path -> (mode, blob id)."""
-        return process.index_files(self.cwd, paths)
-
-    @contextlib.contextmanager
-    def _open_worktree(self) -> Iterator[WorkTree | None]:
-        if self.worktree is None:
-            yield None
-            return
-        with WorkTree(self.worktree) as wt:
-            yield wt
-
-    def _blob_sizes(self, oids: Sequence[str]) -> dict[str, int]:
-        return process.blob_sizes(self.cwd, oids)
-
-    def _is_materialized(self, wt: WorkTree | None, path: str, ptr: Pointer) -> bool | None:
-        if wt is None:
-            return None
-        try:
-            st = wt.lstat(path)
-            if st is None or not stat.S_ISREG(st.st_mode):
-                return False
-            if st.st_size <= MAX_POINTER_SIZE:
-                head = wt.read_head(path, MAX_POINTER_SIZE + 1)
-                if head is None or try_pointer(head) is not None:
-                    return False
-        except (UnsafePathError, NotADirectoryError):
-            return False  # materialize() refuses it, by name
-        return st.st_size == ptr.size
 
     # ---- push / fetch / checkout ---------------------------------------------------------
 
@@ -647,7 +541,7 @@ class XetRepo:
     ) -> tuple[dict[str, int], list[tuple[str, BaseException]]]:
         """Which of ``files`` may be written: those git's index names, as that very pointer
         blob, at a path the path rule accepts (path -> git mode); the others, refused."""
-        index = self._index_files()
+        index = process.index_files(self.cwd)
         fmt = process.object_format(self.cwd)
         modes: dict[str, int] = {}
         refused: list[tuple[str, BaseException]] = []
@@ -799,13 +693,7 @@ class XetRepo:
 
     def history_pointers(self, revs: Sequence[str]) -> list[tuple[str, Pointer]]:
         """(path, pointer) of every pointer blob reachable from ``revs``, one per file."""
-        if not revs:
-            return []
-        seen: dict[str, tuple[str, Pointer]] = {}
-        blobs = [(b.oid, b.path) for b in process.small_blobs(self.cwd, revs)]
-        for path, ptr in self._read_pointers(blobs):
-            seen.setdefault(ptr.xet_hash, (os.fsdecode(path), ptr))
-        return list(seen.values())
+        return history_pointers(self.cwd, revs)
 
     def locate(
         self, found: Sequence[tuple[str, Pointer]], remote: str | None, *, ask_remote: bool
@@ -912,11 +800,3 @@ class _ReadAhead:
                         lo, hi = self._spans[y]
                         self._cas.readahead(y, lo, hi)
             yield f
-
-
-def _matches(path: bytes, pattern: str) -> bool:
-    import fnmatch
-
-    p = os.fsdecode(path)
-    pat = pattern.rstrip("/")
-    return p == pat or p.startswith(pat + "/") or fnmatch.fnmatch(p, pattern)

@@ -1,0 +1,10 @@
+"""Use cases of a gitxet repository: where git, the local store, the remotes and the data
+engine meet. One module a job, each usable (and tested) on its own:
+
+- :mod:`~gitxet.repo.pointers`: pointer blobs in trees, the index and history.
+- :mod:`~gitxet.repo.repository`: :class:`~gitxet.repo.repository.XetRepo`, a repository
+  opened with its store and remotes, composing the parts (and git's filter handler).
+
+The package's modules are layered too (import-linter contract "repo parts"): a module
+imports only those listed after it.
+"""
