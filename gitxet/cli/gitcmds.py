@@ -226,7 +226,7 @@ def add_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="A JSON summary on stdout.")] = False,
 ) -> None:
     """git add through the filter, then a one-line dedup summary."""
-    from gitxet.git import process
+    from gitxet.git import process, xetconfig
 
     root = str(process.toplevel("."))
     if not process.config_get(root, "filter.xet.process"):
@@ -239,6 +239,12 @@ def add_cmd(
             from gitxet.errors import NotFoundError
 
             raise NotFoundError(f"no such file: {', '.join(absent[:3])}")
+    shadowed = xetconfig.shadowed_warning(
+        xetconfig.THRESHOLD_KEY,
+        xetconfig.read_setting(root, root, xetconfig.THRESHOLD_KEY),
+    )
+    if shadowed:
+        typer.echo(f"git-xet: warning: {shadowed}", err=True)
     fd, stats = tempfile.mkstemp(prefix="gitxet-add-", suffix=".jsonl")
     os.close(fd)
     try:

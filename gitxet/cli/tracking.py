@@ -164,6 +164,9 @@ def _list_rules(root: str) -> None:
     setting = repo.threshold_setting()
     where = setting.source if setting else "default"
     typer.echo(f"threshold: {human_size(repo.threshold)} ({where})")
+    shadowed = xetconfig.shadowed_warning(xetconfig.THRESHOLD_KEY, setting)
+    if shadowed:
+        typer.echo(f"  ({shadowed})")
     if setting is not None and setting.source == "git config":
         typer.echo(
             "  (git config is not committed: clones use their own; "

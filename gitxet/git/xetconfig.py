@@ -32,6 +32,7 @@ __all__ = [
     "Setting",
     "is_never_pointer",
     "read_setting",
+    "shadowed_warning",
     "write_setting",
 ]
 
@@ -46,10 +47,13 @@ NEVER_POINTERS = frozenset(
 @dataclass(frozen=True, slots=True)
 class Setting:
     """A value and where it was found (``.xetconfig``, ``.xetconfig (index)``,
-    ``.xetconfig (HEAD)`` or ``git config``)."""
+    ``.xetconfig (HEAD)`` or ``git config``); ``shadowed`` is a different value git's own
+    configuration holds for the key, which the repository's file overrides (a user who ran
+    ``git config xet.threshold 0`` must be told it has no effect)."""
 
     value: str
     source: str
+    shadowed: str | None = None
 
 
 def is_never_pointer(path: str) -> bool:
@@ -81,11 +85,25 @@ def read_setting(cwd: PathArg, worktree: PathArg | None, key: str) -> Setting | 
     for where, label in sources:
         value = _get(cwd, where, key)
         if isinstance(value, str):
-            return Setting(value, label)
+            own = _get(cwd, [], key)
+            shadowed = own if isinstance(own, str) and own != value else None
+            return Setting(value, label, shadowed)
         if value is None:
             break  # the repository's file exists and leaves the key unset
     value = _get(cwd, [], key)
     return Setting(value, "git config") if isinstance(value, str) else None
+
+
+def shadowed_warning(key: str, setting: Setting | None) -> str | None:
+    """One line for a ``git config`` value the repository's ``.xetconfig`` overrides."""
+    if setting is None or setting.shadowed is None:
+        return None
+    how = f" (change it with 'git xet track --threshold {setting.shadowed}')"
+    return (
+        f"git config {key} = {setting.shadowed} has no effect: the repository's "
+        f"{setting.source} sets {setting.value} for every clone"
+        + (how if key == THRESHOLD_KEY else "")
+    )
 
 
 def write_setting(worktree: PathArg, key: str, value: str) -> Path:

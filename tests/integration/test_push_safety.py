@@ -218,6 +218,12 @@ def test_rules_travel_with_the_repository(tmp_path: Path) -> None:
     assert "threshold: 300.0 KiB (.xetconfig)" in listing
     r = xet("untrack", "data/*.bin", cwd=work, check=False)
     assert r.returncode == 1 and "not a rule of .gitattributes: nothing changed" in r.stderr
+    # the old way (a local git config) no longer decides: say so, never silently ignore it
+    git("config", "xet.threshold", "0", cwd=work)
+    warning = "git config xet.threshold = 0 has no effect: the repository's .xetconfig sets 300k"
+    assert warning in xet("add", "mid.bin", cwd=work).stderr
+    assert warning in xet("track", cwd=work).stdout
+    git("config", "--unset", "xet.threshold", cwd=work)
 
     # threshold 0 from now on: every file is a pointer, except the files git reads
     xet("track", "--threshold", "0", cwd=work)

@@ -11,6 +11,7 @@ from gitxet.git.xetconfig import (
     Setting,
     is_never_pointer,
     read_setting,
+    shadowed_warning,
     write_setting,
 )
 
@@ -27,13 +28,16 @@ def test_threshold_comes_from_worktree_then_index_then_head_then_git_config(
     assert read_setting(git_repo, git_repo, THRESHOLD_KEY) == Setting("1m", "git config")
     path = write_setting(git_repo, THRESHOLD_KEY, "0")
     assert path.read_text() == "[xet]\n\tthreshold = 0\n"
-    assert read_setting(git_repo, git_repo, THRESHOLD_KEY) == Setting("0", ".xetconfig")
+    # the repository's file wins; the git config value it overrides is reported
+    assert read_setting(git_repo, git_repo, THRESHOLD_KEY) == Setting("0", ".xetconfig", "1m")
     git(git_repo, "add", ".xetconfig")
     git(git_repo, "commit", "-qm", "rules")
     path.unlink()  # a sparse checkout, say: the index's copy counts
-    assert read_setting(git_repo, git_repo, THRESHOLD_KEY) == Setting("0", ".xetconfig (index)")
+    found = read_setting(git_repo, git_repo, THRESHOLD_KEY)
+    assert found == Setting("0", ".xetconfig (index)", "1m")
     git(git_repo, "rm", "-q", "--cached", ".xetconfig")
-    assert read_setting(git_repo, git_repo, THRESHOLD_KEY) == Setting("0", ".xetconfig (HEAD)")
+    found = read_setting(git_repo, git_repo, THRESHOLD_KEY)
+    assert found == Setting("0", ".xetconfig (HEAD)", "1m")
     # a .xetconfig that leaves the key unset: git config applies
     (git_repo / ".xetconfig").write_text("[xet]\n\tother = 1\n")
     assert read_setting(git_repo, git_repo, THRESHOLD_KEY) == Setting("1m", "git config")
@@ -41,6 +45,19 @@ def test_threshold_comes_from_worktree_then_index_then_head_then_git_config(
     (git_repo / "evil").write_text("[xet]\n\tthreshold = 5\n")
     (git_repo / ".xetconfig").write_text("[include]\n\tpath = evil\n")
     assert read_setting(git_repo, git_repo, THRESHOLD_KEY) == Setting("1m", "git config")
+
+
+def test_a_git_config_value_the_repository_overrides_is_named(git_repo: Path) -> None:
+    write_setting(git_repo, THRESHOLD_KEY, "256k")
+    assert shadowed_warning(THRESHOLD_KEY, read_setting(git_repo, git_repo, THRESHOLD_KEY)) is None
+    git(git_repo, "config", THRESHOLD_KEY, "256k")  # the same value: nothing to say
+    assert shadowed_warning(THRESHOLD_KEY, read_setting(git_repo, git_repo, THRESHOLD_KEY)) is None
+    git(git_repo, "config", THRESHOLD_KEY, "0")
+    warning = shadowed_warning(THRESHOLD_KEY, read_setting(git_repo, git_repo, THRESHOLD_KEY))
+    assert warning == (
+        "git config xet.threshold = 0 has no effect: the repository's .xetconfig sets 256k "
+        "for every clone (change it with 'git xet track --threshold 0')"
+    )
 
 
 def test_files_git_reads_are_never_pointers() -> None:
