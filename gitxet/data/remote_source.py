@@ -24,9 +24,10 @@ smudge filter, ``git xet checkout`` and ``git xet clone``) reads through
 
 Through a cache tier (``GITXET_CAS_URL``, ``--cas-url``: a ``git xet serve --upstream``
 between the nodes and the origin) the source talks to the tier and keeps the origin's
-client as a ``fallback``: when the tier cannot be talked to at all (refused, reset, timed
-out; not when it *answers* an error), the source logs one warning and reads from the origin
-from then on, trying the tier again (a ``/healthz`` probe) every :data:`TIER_RETRY` seconds.
+client as a ``fallback``: when the tier cannot be talked to at all (refused, reset, silent
+for :data:`TIER_TIMEOUT` seconds; tried twice, :data:`TIER_ATTEMPTS`; not when it *answers*
+an error), the source logs one warning and reads from the origin from then on, trying the
+tier again (a ``/healthz`` probe) every :data:`TIER_RETRY` seconds.
 The data is content-addressed and verified either way, so only the path changes.
 """
 
@@ -65,6 +66,7 @@ from gitxet.settings import DEFAULT_PREFETCH_BYTES, strip_credentials
 from gitxet.store.nodecache import NodeCache, cache_total
 from gitxet.util.atomic import atomic_write
 from gitxet.util.lru import LRUCache
+from gitxet.util.retry import RetryPolicy
 
 _T = TypeVar("_T")
 
@@ -82,6 +84,12 @@ _MAX_XORB_ENTRIES = 16384
 FETCH_WORKERS = 8
 #: seconds after falling back to the origin before the cache tier is probed again
 TIER_RETRY = 60.0
+#: seconds a cache tier may stay silent (connect or read) before it is taken as down; the
+#: origin's client keeps the longer default
+TIER_TIMEOUT = 30.0
+#: tries of a request to a cache tier: one retry, then the origin (a tier that is down
+#: should cost a reader about a second, not the origin's patient backoff)
+TIER_ATTEMPTS = RetryPolicy(attempts=2, base_delay=0.25)
 
 log = logging.getLogger(__name__)
 
@@ -809,7 +817,9 @@ def http_remote_factory(
             tok = tok or found.access_token
             atomic_write(record, json.dumps({"cas_url": endpoint}).encode(), durable=False)
         client = CASClient(endpoint, tok)
-        reads = CASClient(cas_url, tok) if cas_url and not offline else None
+        reads = None
+        if cas_url and not offline:
+            reads = CASClient(cas_url, tok, timeout=TIER_TIMEOUT, retry=TIER_ATTEMPTS)
         cache = open_node_cache(root, max_bytes)
         remote = HttpCASRemote(
             client, cache, os.path.join(root, "shards"), max_window=read_ahead, reads=reads
