@@ -27,6 +27,7 @@ import io
 import os
 import struct
 import threading
+import time
 from typing import BinaryIO
 
 from gitxet.data.clean import Ingestor, IngestResult
@@ -41,6 +42,8 @@ BATCH_FILES = 20_000
 
 _MAGIC = b"gitxet-journal-1\n"
 _LEN = struct.Struct(">Q")
+#: a journal still being created (``.journal.new``) this old was left by a dead session
+_STALE_NEW_S = 60.0
 
 
 def journal_dir(cas: LocalCAS) -> str:
@@ -67,6 +70,7 @@ class StagedIngest:
         self._lock = threading.Lock()
         self._ingestor: Ingestor | None = None
         self._journal: BinaryIO | None = None
+        self._journal_path = ""
         self._staged_files = 0
         #: batches written to the store (for tests and statistics)
         self.flushes = 0
@@ -77,15 +81,23 @@ class StagedIngest:
         if self._journal is None:
             d = journal_dir(self.cas)
             os.makedirs(d, exist_ok=True)
-            name = f"{os.getpid()}-{os.urandom(6).hex()}.journal"
-            f = open(os.path.join(d, name), "w+b")  # noqa: SIM115 - held until close()
+            name = os.path.join(d, f"{os.getpid()}-{os.urandom(6).hex()}.journal")
+            # locked before :func:`recover` can see it: under its final name an unlocked
+            # journal looks like a dead session's, and a recover racing this open would
+            # unlink it (this session then journaling into a deleted file)
+            f = open(name + ".new", "w+b")  # noqa: SIM115 - held until close()
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                 f.write(_MAGIC)
+                f.flush()
+                os.rename(name + ".new", name)
             except BaseException:
                 f.close()
+                with contextlib.suppress(OSError):
+                    os.unlink(name + ".new")
                 raise
             self._journal = f
+            self._journal_path = name
         return self._journal
 
     def _reset_journal(self) -> None:
@@ -149,7 +161,7 @@ class StagedIngest:
             j, self._journal = self._journal, None
             if j is not None:
                 with contextlib.suppress(OSError):
-                    os.unlink(j.name)
+                    os.unlink(self._journal_path)
                 j.close()
 
     def __enter__(self) -> StagedIngest:
@@ -167,12 +179,17 @@ def recover(cas: LocalCAS) -> int:
     """
     d = journal_dir(cas)
     try:
-        names = sorted(n for n in os.listdir(d) if n.endswith(".journal"))
+        names = sorted(os.listdir(d))
     except FileNotFoundError:
         return 0
     count = 0
     for name in names:
         path = os.path.join(d, name)
+        if name.endswith(".journal.new"):
+            _remove_if_dead(path)  # a session that died before its first record
+            continue
+        if not name.endswith(".journal"):
+            continue
         try:
             f = open(path, "rb")  # noqa: SIM115 - closed below
         except FileNotFoundError:
@@ -194,6 +211,23 @@ def recover(cas: LocalCAS) -> int:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
     return count
+
+
+def _remove_if_dead(path: str) -> None:
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return
+    with f:
+        # a young one may be a session between its open and its flock: leave it
+        if time.time() - os.fstat(f.fileno()).st_mtime < _STALE_NEW_S:
+            return
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _records(f: BinaryIO) -> list[bytes]:

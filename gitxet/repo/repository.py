@@ -121,6 +121,7 @@ class XetRepo:
         self._delay_ok: bool | None = None
         self._paths_by_hash: dict[str, str] = {}
         self._staged: StagedIngest | None = None
+        self._recovered = False  # dead sessions' journals stored by this process
         self._dedup: RemoteDedup | bool | None = None  # False: no CAS server to dedup with
         self._materialized: tuple[tuple[int, int, int], dict[str, list[object]]] | None = None
 
@@ -216,6 +217,10 @@ class XetRepo:
             staged.dedup = dedup
             result = staged.add(src, head)
         else:
+            if not self._recovered:
+                # what a dead filter session journaled is stored first, so this file finds
+                # those chunks (git re-cleans racily clean files with the one-shot filter)
+                self.recover_staged()
             with Ingestor(self.cas, dedup=dedup) as ing:
                 result = ing.add_stream(io.BufferedReader(Chained(head, src), 8 << 20))
                 ing.flush()
@@ -265,7 +270,9 @@ class XetRepo:
 
     def recover_staged(self) -> int:
         """Store the data journaled by filter sessions that died; returns a file count."""
-        return recover_staged(self.cas)
+        n = recover_staged(self.cas)
+        self._recovered = True
+        return n
 
     def clean(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
         out, _ = self.clean_stream(src, pathname)

@@ -13,6 +13,7 @@ import random
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -151,13 +152,37 @@ def test_batched_add_packs_small_files_and_a_crashed_filter_is_recovered(
     real = run("git", "config", "filter.xet.process", cwd=work).stdout.strip()
     run("git", "config", "filter.xet.process", f"{sys.executable} {crash}", cwd=work)
     run("git", "add", "a", cwd=work)
-    run("git", "config", "filter.xet.process", real, cwd=work)
     store = LocalCAS(str(work / ".git" / "xet"))
     assert list(store.xorb_hashes()) == []  # the batch never reached the store
     assert len(os.listdir(work / ".git" / "xet" / "staging")) == 1
-    run("git", "commit", "-qm", "small files", cwd=work)
-    run("git", "push", "-q", "origin", "main", cwd=work)  # recovers the journal, then pushes
+    # with no process filter set, git re-cleans changed (or racily clean: same second as
+    # the index) files with the one-shot filter: it stores the dead session's journal
+    # before cleaning, so it finds those chunks. It used to write a xorb per file: ~600
+    # after the commit whenever the 600 files and the index fell in the same second
+    run("git", "config", "--unset", "filter.xet.process", cwd=work)
+    for rel in list(files)[:3]:
+        os.utime(work / rel, (time.time() - 200, time.time() - 200))  # changed, not racy
+    run("git", "add", "a", cwd=work)
     assert len(list(store.xorb_hashes())) == 1  # 600 files, one shared xorb
+    assert os.listdir(work / ".git" / "xet" / "staging") == []
+    run("git", "config", "filter.xet.process", real, cwd=work)
+    run("git", "commit", "-qm", "small files", cwd=work)
+    run("git", "push", "-q", "origin", "main", cwd=work)
+    assert len(list(store.xorb_hashes())) == 1
+    # once more, and this time the push is what stores the journal: files older than the
+    # index are not racy, so nothing re-cleans them before it
+    old = time.time() - 100
+    for i in range(5):
+        files[f"a/new{i}.bin"] = rnd.randbytes(5_000)
+        (work / f"a/new{i}.bin").write_bytes(files[f"a/new{i}.bin"])
+        os.utime(work / f"a/new{i}.bin", (old, old))
+    run("git", "config", "filter.xet.process", f"{sys.executable} {crash}", cwd=work)
+    run("git", "add", "a", cwd=work)
+    run("git", "config", "filter.xet.process", real, cwd=work)
+    run("git", "commit", "-qm", "five more", cwd=work)
+    assert len(os.listdir(work / ".git" / "xet" / "staging")) == 1
+    run("git", "push", "-q", "origin", "main", cwd=work)  # recovers the journal, then pushes
+    assert len(list(store.xorb_hashes())) == 2
     assert os.listdir(work / ".git" / "xet" / "staging") == []
     clone = tmp_path / "clone"
     run("git-xet", "clone", str(remote), str(clone), cwd=tmp_path)

@@ -132,7 +132,7 @@ def test_a_torn_last_record_is_dropped(tmp_path: Path) -> None:
     r1 = st.add(io.BytesIO(b"first file"))
     st.add(io.BytesIO(b"second file"))
     assert st._journal is not None
-    path = st._journal.name
+    path = st._journal_path
     with open(path, "rb") as f:
         data = f.read()
     st._journal.close()  # the "crash": lock released, journal left behind
@@ -141,3 +141,20 @@ def test_a_torn_last_record_is_dropped(tmp_path: Path) -> None:
         f.write(data[:-3])  # the second record was being written
     assert recover(cas) == 1
     assert _read(cas, r1.file_hash) == b"first file"
+
+
+def test_a_journal_is_locked_before_recover_can_see_it(tmp_path: Path) -> None:
+    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
+    d = journal_dir(cas)
+    os.makedirs(d)
+    # a session between its open and its flock (young: left alone) and one that died there
+    young, dead = os.path.join(d, "1-a.journal.new"), os.path.join(d, "2-b.journal.new")
+    for p in (young, dead):
+        Path(p).write_bytes(b"")
+    os.utime(dead, (1, 1))
+    with StagedIngest(cas) as st:
+        st.add(io.BytesIO(b"x" * 100))
+        (name,) = [n for n in os.listdir(d) if n.endswith(".journal")]
+        assert recover(cas) == 0  # a live session's journal, locked from the start
+        assert sorted(os.listdir(d)) == sorted([name, "1-a.journal.new"])
+    assert os.listdir(d) == ["1-a.journal.new"]
