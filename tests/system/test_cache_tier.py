@@ -17,7 +17,8 @@ separate caches reading `xet://` paths with `cas_url=`. What is checked:
   are on its Prometheus endpoint (`--metrics`);
 * a clone through the tier of a file corrupted on the origin fails with a clear error;
 * killing the tier mid-read: readers fall back to the origin (a warning) and finish, within
-  30 s; a tier that hangs mid-read: the same, after its timeout.
+  30 s; a tier that hangs mid-read: the same, after its timeout; a tier restarted mid-read:
+  readers ask it for new locations and carry on through it.
 """
 
 from __future__ import annotations
@@ -158,8 +159,8 @@ def commit(origin: Origin, tmp_path: Path) -> Commit:
 class TierProcess:
     """`git xet serve --upstream` as a subprocess (so it can be killed)."""
 
-    def __init__(self, upstream: str, cache_dir: Path, log: Path) -> None:
-        self.port = free_port()
+    def __init__(self, upstream: str, cache_dir: Path, log: Path, port: int = 0) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
         self.log = open(log, "wb")  # noqa: SIM115 - closed in stop()
@@ -479,6 +480,32 @@ def test_a_tier_down_mid_read_readers_fall_back_to_the_origin_within_30s(
     assert _resume_and_finish(readers, commit) < 30
 
 
+def test_a_tier_restarted_mid_read_readers_carry_on_through_it(
+    origin: Origin, commit: Commit, tier: TierProcess, tmp_path: Path
+) -> None:
+    """A restarted tier (same port, same cache) no longer knows the xorbs of the data URLs
+    it handed out: it answers 403, the readers ask for new locations and carry on through
+    it, without falling back to the origin."""
+    readers = _pause_readers(tmp_path / "restart", commit, tier, origin.read, 2)
+    tier.stop()
+    again = TierProcess(origin.url, tmp_path / "tier-cache", tmp_path / "tier2.log", tier.port)
+    try:
+        t0 = time.monotonic()
+        for p in readers:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in readers:
+            out, err = p.communicate(timeout=150)
+            assert p.returncode == 0, err
+            assert json.loads(out.strip().splitlines()[-1]) == _expected(commit)
+            assert "cannot be reached" not in err, err
+        assert time.monotonic() - t0 < 30
+        assert again.stats()["served_bytes"] > 0
+    finally:
+        again.stop()
+
+
 def test_a_tier_that_hangs_mid_read_readers_fall_back_to_the_origin(
     origin: Origin, commit: Commit, tier: TierProcess, tmp_path: Path
 ) -> None:
@@ -526,16 +553,20 @@ def _fx(s: Stored) -> str:
 def test_no_token_or_a_refused_token_gets_401_from_the_tier_and_no_data(stored: Stored) -> None:
     t = stored.tier.url
     fx = _fx(stored)
+    (xorb_path,) = stored.origin.xorb_paths()
     with httpx.Client(timeout=30) as h:
         for headers in ({}, {"Authorization": "Bearer gxt_000000000000_" + "A" * 43}):
             for path in (
                 f"/v1/reconstructions/{fx}",
                 f"/v2/reconstructions/{fx}",
+                f"/v1/reconstructions?file_id={fx}",
                 f"/v1/file-shards/{fx}",
+                f"/v1/xorb-locations/{xorb_path.name}",
             ):
                 r = h.get(t + path, headers=headers)
                 assert r.status_code == 401, (path, r.text)
                 assert "url" not in r.text and "xorb-data" not in r.text
+                assert "chunk_hashes" not in r.text and "terms" not in r.text
         revoked, rec = TokenStore(str(stored.origin.root)).create("read")
         TokenStore(str(stored.origin.root)).revoke(rec.id)
         r = h.get(t + f"/v1/reconstructions/{fx}", headers={"Authorization": f"Bearer {revoked}"})
