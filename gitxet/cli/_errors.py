@@ -99,10 +99,15 @@ def _describe(exc: BaseException) -> tuple[str, int]:
             how = f"install {exc.system}"
         return f"{exc.feature} {exc.module}: {how}", EXIT_ERROR
     if isinstance(exc, errors.DataUnavailableError):
-        # every remote was asked; the exit status tells the worst reason one of them gave
+        # every remote was asked; the exit status tells the worst reason one of them gave:
+        # bad data (3), a refused token (5), a server that could not be reached (1: the data
+        # may well be there), else "not found" (4)
         codes = {describe(c)[1] for c in exc.causes}
+        unreachable = any(isinstance(c, errors.UnreachableError) for c in exc.causes)
         code = next((c for c in (EXIT_INTEGRITY, EXIT_AUTH) if c in codes), EXIT_NOT_FOUND)
-        return f"not found: {exc}", code
+        if code == EXIT_NOT_FOUND and unreachable:
+            code = EXIT_ERROR
+        return (f"not found: {exc}" if code == EXIT_NOT_FOUND else str(exc)), code
     if isinstance(exc, errors.NotFoundError):
         return f"not found: {exc}", EXIT_NOT_FOUND
     if isinstance(exc, errors.FormatError):

@@ -64,6 +64,11 @@ def scene(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
     orphan = tmp_path / "orphan"
     git("clone", "-q", "-c", "xet.lazy=true", str(remote), str(orphan), cwd=tmp_path)
     git("remote", "remove", "origin", cwd=orphan)
+    # a lazy clone whose remote is a server that is down: its data may be there, not "missing"
+    behind = tmp_path / "behind"
+    git("clone", "-q", "-c", "xet.lazy=true", str(remote), str(behind), cwd=tmp_path)
+    down = f"http://user:{SECRET}@127.0.0.1:{_closed_port()}/data.git"
+    git("remote", "set-url", "origin", down, cwd=behind)
     damaged = tmp_path / "damaged"
     subprocess.run(["git-xet", "clone", str(remote), str(damaged)], cwd=tmp_path, check=True)
     xorbs = [p for p in (damaged / ".git" / "xet" / "xorbs").rglob("*") if p.is_file()]
@@ -98,7 +103,8 @@ def scene(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
             "tmp": str(tmp_path),
             "mnt": str(tmp_path / "mnt"),
             "full": str(full),
-            "down": f"http://user:{SECRET}@127.0.0.1:{_closed_port()}/data.git",
+            "behind": str(behind),
+            "down": down,
             "server": srv.url,
             "srvroot": str(root),
             "write": write,
@@ -149,6 +155,15 @@ CASES = [
         "cannot reach",
     ),
     Case("push to a server that is down", ("push", "{down}"), "work", ERROR, "cannot reach"),
+    Case("fetch from a server that is down", ("fetch",), "behind", ERROR, "cannot reach"),
+    Case(
+        "checkout from a server that is down",
+        ("checkout", "big.bin"),
+        "behind",
+        ERROR,
+        "cannot reach",
+    ),
+    Case("warm up a server that is down", ("warmup", "{down}", "main"), "work", ERROR),
     Case(
         "mount over a directory with files",
         ("mount", ".", "main", "{full}"),
@@ -255,6 +270,27 @@ def _check(case: Case, scene: dict[str, str]) -> str | None:
 def test_every_mistake_says_one_line_and_its_code(scene: dict[str, str]) -> None:
     failures = [f for f in (_check(c, scene) for c in CASES) if f]
     assert not failures, "\n".join(failures)
+
+
+#: Commands that run git for the user: git prints its own message (docs/cli.md "Exit
+#: codes"), the exit is 1, and still no traceback, internals or token.
+GIT_CASES = [
+    Case("clone from a server that is down", ("clone", "{down}", "{tmp}/c2"), "tmp", ERROR),
+    Case("pull from a server that is down", ("pull",), "behind", ERROR),
+]
+
+
+def test_commands_running_git_fail_with_gits_message(scene: dict[str, str]) -> None:
+    for case in GIT_CASES:
+        args = [_fill(a, scene) for a in case.args]
+        r = subprocess.run(
+            ["git-xet", *args], cwd=scene[case.cwd], capture_output=True, text=True, timeout=120
+        )
+        out = r.stderr + r.stdout
+        assert r.returncode == case.code, f"{case.name}: {r.returncode}\n{r.stderr}"
+        assert r.stderr.strip().splitlines()[-1].startswith("fatal: "), r.stderr
+        assert "Traceback" not in out and "internal error" not in out, r.stderr
+        assert SECRET not in out and scene["write"] not in out, r.stderr
 
 
 def test_every_documented_code_is_exercised() -> None:

@@ -38,3 +38,18 @@ def test_unreachable_servers_are_named_without_credentials() -> None:
     msg, code = describe(exc)
     assert code == EXIT_ERROR and "pw" not in msg
     assert msg.startswith("cannot reach http://h:1/x.git (connection refused)")
+
+
+def test_data_behind_an_unreachable_remote_is_not_called_missing() -> None:
+    gone = errors.UnreachableError("discovery", "http://u:pw@h:1/x.git", "connection refused")
+    exc = errors.DataUnavailableError(
+        "ab" * 32,
+        [("store", "does not have it"), ("origin http://h:1/x.git", "cannot reach")],
+        [gone],
+        path="a.bin",
+    )
+    msg, code = describe(exc)
+    assert code == EXIT_ERROR and msg.startswith("no store or remote has the data of a.bin")
+    exc = errors.DataUnavailableError("ab" * 32, [("origin /x.git", "does not have it")])
+    msg, code = describe(exc)
+    assert code == EXIT_NOT_FOUND and msg.startswith("not found: ")
