@@ -23,7 +23,8 @@ EXIT_CODES = [
     "|---|---|---|",
     "| 0 | success | also `status` and `ls-files` before the first commit |",
     "| 1 | error | a server that cannot be reached (also when data missing here may be on "
-    "it), git refusing a push, a missing optional package (`FUSE mounts need pyfuse3: pip install 'gitxet[mount]'`) |",
+    "it), git refusing a push, a missing optional package (`FUSE mounts need pyfuse3: pip "
+    "install 'gitxet[mount]'`) |",
     "| 2 | usage | an unknown command or option, a missing argument, a command run outside a "
     "git repository, a mountpoint that is not an empty directory (without `--nonempty`), "
     "no remote to push to, `add` before `init` |",
