@@ -501,6 +501,7 @@ class HttpAccess:
                 token_lookup=settings.token_for,
                 read_ahead=settings.prefetch_bytes,
                 cas_url=settings.cas_url,
+                rotating=settings.token_file is not None,
             )
             return build(url)
 

@@ -9,8 +9,10 @@ The variables, their meaning and defaults are listed once, in :data:`VARIABLES` 
 configuration table is generated from it).
 
 Token lookup, first hit wins: an explicit token (an option, a volume option, a CSI secret) >
-``GITXET_TOKEN`` > the keyring entry ``git xet login`` wrote for the server > the password of
-the URL's userinfo. Credentials never travel further than needed: :func:`strip_credentials`
+a token file (``--token-file``, ``GITXET_TOKEN_FILE``; re-read whenever it changes, so a
+rotated token is picked up by a running mount) > ``GITXET_TOKEN`` > the keyring entry
+``git xet login`` wrote for the server > the password of the URL's userinfo.
+Credentials never travel further than needed: :func:`strip_credentials`
 gives the URL every record, log, message and argv carries.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -31,6 +34,7 @@ CACHE_SIZE_ENV = "GITXET_CACHE_SIZE"
 PREFETCH_ENV = "GITXET_PREFETCH"
 STATE_DIR_ENV = "GITXET_STATE_DIR"
 TOKEN_ENV = "GITXET_TOKEN"
+TOKEN_FILE_ENV = "GITXET_TOKEN_FILE"
 LAZY_ENV = "GITXET_LAZY"
 CAS_URL_ENV = "GITXET_CAS_URL"
 
@@ -51,6 +55,11 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
         "`$XDG_STATE_HOME/gitxet`, else `~/.local/state/gitxet`",
     ),
     (TOKEN_ENV, "the token for gitxet servers; beats the keyring (see Tokens)", "none"),
+    (
+        TOKEN_FILE_ENV,
+        "a file holding the token, re-read whenever it changes (rotation); beats `GITXET_TOKEN`",
+        "none",
+    ),
     (LAZY_ENV, "leave pointers on checkout, like `xet.lazy` (a boolean)", "`xet.lazy`"),
     (
         CAS_URL_ENV,
@@ -60,6 +69,7 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     ),
 )
 
+TOKEN_FILE_MAX_BYTES = 64 * 1024  # a token file holds one line; refuse anything bigger
 DEFAULT_CACHE_BYTES = 10 << 30  # the node cache's cap
 DEFAULT_PREFETCH_BYTES = 128 << 20  # largest read-ahead window of sequential remote readers
 KEYRING_SERVICE = "gitxet"  # keyring entries: service "gitxet", user scheme://host[:port]
@@ -281,12 +291,79 @@ def _abspath_home(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
+def read_token_file(path: str) -> str:
+    """The token in ``path``: one non-empty line of UTF-8 text (surrounding whitespace
+    ignored), at most :data:`TOKEN_FILE_MAX_BYTES`.
+
+    Raises:
+        ConfigError: the file cannot be read or does not hold one token.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read(TOKEN_FILE_MAX_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the token file {path}: {exc.strerror or exc}") from None
+    if len(data) > TOKEN_FILE_MAX_BYTES:
+        raise ConfigError(f"token file {path} is larger than {TOKEN_FILE_MAX_BYTES} bytes")
+    try:
+        token = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"token file {path} is not UTF-8 text") from None
+    if not token or "\n" in token or "\0" in token:
+        raise ConfigError(f"token file {path} must hold one non-empty line")
+    return token
+
+
+class TokenFile:
+    """A token kept in a file, re-read whenever the file changes (token rotation).
+
+    Each :meth:`read` stats the file (about a microsecond) and reads it again only when
+    its device, inode, modification time or size changed: a Kubernetes secret volume or an
+    ``mv`` replaces it, an editor rewrites it. While the file is briefly missing (being
+    replaced) the last token read is used. Thread-safe.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(os.path.expanduser(path))
+        self._lock = threading.Lock()
+        self._key: tuple[int, int, int, int] | None = None
+        self._token: str | None = None
+
+    def read(self) -> str:
+        """The current token.
+
+        Raises:
+            ConfigError: the file cannot be read (and never could) or holds no token.
+        """
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            with self._lock:
+                if self._token is not None:
+                    return self._token  # being replaced: the last token still stands
+            raise ConfigError(
+                f"cannot read the token file {self.path}: {exc.strerror or exc}"
+            ) from None
+        key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if key == self._key and self._token is not None:
+                return self._token
+        token = read_token_file(self.path)
+        with self._lock:
+            self._key, self._token = key, token
+        return token
+
+    def __repr__(self) -> str:
+        return f"TokenFile({self.path!r})"
+
+
 @dataclass(frozen=True)
 class Settings:
     """Resolved settings of this process (see the module docstring for the variables).
 
     Build it with :meth:`load` (environment + explicit overrides); pass it down instead of
-    re-reading the environment. ``token`` is an explicit token, which beats every lookup.
+    re-reading the environment. ``token`` is an explicit token, which beats every lookup;
+    ``token_file`` comes next (re-read when it changes).
     """
 
     cache_dir: str
@@ -298,6 +375,8 @@ class Settings:
     use_keyring: bool = True
     #: a cache tier to read file data through (``GITXET_CAS_URL``), or None: the origin
     cas_url: str | None = None
+    #: a file holding the token (``--token-file``, ``GITXET_TOKEN_FILE``), or None
+    token_file: TokenFile | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def load(
@@ -311,6 +390,7 @@ class Settings:
         env: Mapping[str, str] | None = None,
         use_keyring: bool = True,
         cas_url: str | None = None,
+        token_file: str | None = None,
     ) -> Settings:
         """Settings from explicit values, else the environment (``env``, default
         ``os.environ``), else the defaults.
@@ -320,6 +400,7 @@ class Settings:
         """
         e = os.environ if env is None else env
         tier = cas_url or e.get(CAS_URL_ENV) or None
+        tf = token_file or e.get(TOKEN_FILE_ENV) or None
         return cls(
             cache_dir=cache_root(cache_dir, e),
             cache_bytes=_size(cache_size or e.get(CACHE_SIZE_ENV), DEFAULT_CACHE_BYTES),
@@ -329,6 +410,7 @@ class Settings:
             env_token=e.get(TOKEN_ENV) or None,
             use_keyring=use_keyring,
             cas_url=check_cas_url(tier) if tier else None,
+            token_file=TokenFile(tf) if tf else None,
         )
 
     def with_token(self, token: str | None) -> Settings:
@@ -336,9 +418,16 @@ class Settings:
         return self if not token else replace(self, token=token)
 
     def token_for(self, url: str) -> str | None:
-        """The token for ``url``: explicit > ``GITXET_TOKEN`` > keyring > URL userinfo."""
+        """The token for ``url``: explicit > token file > ``GITXET_TOKEN`` > keyring > URL
+        userinfo.
+
+        Raises:
+            ConfigError: a token file is set but cannot be read.
+        """
         if self.token:
             return self.token
+        if self.token_file is not None:
+            return self.token_file.read()
         if self.env_token:
             return self.env_token
         if self.use_keyring and url.startswith(("http://", "https://")):
@@ -352,6 +441,8 @@ class Settings:
         ``keyring``, ``url`` or ``None`` (for ``git xet env``; never the token itself)."""
         if self.token:
             return "option"
+        if self.token_file is not None:
+            return "token file"
         if self.env_token:
             return TOKEN_ENV
         if self.use_keyring and url.startswith(("http://", "https://")) and keyring_token(url):

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gitxet.settings import TOKEN_ENV, Settings
+from gitxet.settings import TOKEN_ENV, TOKEN_FILE_ENV, Settings
 
 if TYPE_CHECKING:  # kept out of start-up: every git-xet command imports this module
     from gitxet.dataset import HttpAccess
@@ -24,10 +24,16 @@ def settings(
     token: str | None = None,
     prefetch: str | None = None,
     cas_url: str | None = None,
+    token_file: str | None = None,
 ) -> Settings:
     """Settings of this command: its options > the environment > the defaults."""
     return Settings.load(
-        cache_dir=cache_dir, cache_size=cache_size, prefetch=prefetch, token=token, cas_url=cas_url
+        cache_dir=cache_dir,
+        cache_size=cache_size,
+        prefetch=prefetch,
+        token=token,
+        cas_url=cas_url,
+        token_file=token_file,
     )
 
 
@@ -39,33 +45,44 @@ def http_access(
     token: str | None = None,
     prefetch: str | None = None,
     cas_url: str | None = None,
+    token_file: str | None = None,
 ) -> HttpAccess:
     """Access to http(s) repositories for mount, warmup and the plugins.
 
     ``token`` (e.g. a Docker volume option or a CSI secret) beats the environment/keyring;
-    ``cas_url`` (``--cas-url``) beats ``GITXET_CAS_URL``.
+    ``token_file`` (``--token-file``) beats ``GITXET_TOKEN_FILE``; ``cas_url``
+    (``--cas-url``) beats ``GITXET_CAS_URL``.
     """
     from gitxet.dataset import HttpAccess
 
-    s = settings(cache_dir, cache_size, token=token, prefetch=prefetch, cas_url=cas_url)
+    s = settings(
+        cache_dir,
+        cache_size,
+        token=token,
+        prefetch=prefetch,
+        cas_url=cas_url,
+        token_file=token_file,
+    )
     return HttpAccess.from_settings(s, offline=offline)
 
 
 def plugin_resolver(cache_dir: str | None = None) -> Callable[[Any], str]:
     """A Mounter ``resolve`` that also opens http(s) repos with the spec's own token (and
-    never the plugin's ``GITXET_TOKEN``, which its volumes do not get either)."""
+    never the plugin's ``GITXET_TOKEN``/``GITXET_TOKEN_FILE``, which its volumes do not get
+    either)."""
 
     def resolve(spec: Any) -> str:
         from gitxet.dataset import HttpAccess
         from gitxet.plugins.mounter import resolve_local
 
-        env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+        env = {k: v for k, v in os.environ.items() if k not in (TOKEN_ENV, TOKEN_FILE_ENV)}
         s = Settings.load(
             cache_dir=cache_dir,
             cache_size=spec.cache_size,
             prefetch=spec.prefetch,
             token=spec.token,
             env=env,
+            token_file=getattr(spec, "token_file", None),
         )
         return resolve_local(spec, HttpAccess.from_settings(s))
 

@@ -179,6 +179,7 @@ SCHEMAS: dict[str, tuple[str, dict[str, Any], bool]] = {
                                                     None,
                                                     "none",
                                                     "option",
+                                                    "token file",
                                                     "GITXET_TOKEN",
                                                     "keyring",
                                                     "url",

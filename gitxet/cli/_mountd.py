@@ -23,8 +23,8 @@ import typer
 from gitxet.errors import MountError, NotFoundError
 from gitxet.settings import strip_credentials
 
-#: dir, size, offline, prefetch, cache tier
-Cache = tuple[str | None, str | None, bool, str | None, str | None]
+#: dir, size, offline, prefetch, cache tier, token file
+Cache = tuple[str | None, str | None, bool, str | None, str | None, str | None]
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Daemon:
         """``git-xet mount --foreground ...`` for one serving process."""
         from gitxet.settings import cache_root
 
-        cache_dir, cache_size, offline, prefetch, cas_url = self.cache
+        cache_dir, cache_size, offline, prefetch, cas_url, token_file = self.cache
         argv = [sys.executable, "-m", "gitxet", "mount", "--foreground"]
         argv += ["--cache-dir", cache_root(cache_dir), "--metrics-file", metrics_file]
         if self.subdir:
@@ -59,6 +59,8 @@ class Daemon:
             argv += ["--prefetch", prefetch]
         if cas_url:
             argv += ["--cas-url", cas_url]
+        if token_file:
+            argv += ["--token-file", token_file]  # a path, never the token itself
         if not self.read_around:
             argv.append("--no-read-around")
         if self.metrics:

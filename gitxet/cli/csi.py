@@ -64,7 +64,7 @@ def csi_cmd(
     from gitxet.plugins.csi.node import NodeConfig, NodeService, NodeServicer
     from gitxet.plugins.csi.server import CsiServer
     from gitxet.plugins.mounter import SubprocessMounter
-    from gitxet.settings import TOKEN_ENV
+    from gitxet.settings import TOKEN_ENV, TOKEN_FILE_ENV
     from gitxet.util.statelock import lock_state_dir
 
     level = getattr(logging, log_level.upper(), None)
@@ -78,7 +78,7 @@ def csi_cmd(
     lock_fd = lock_state_dir(state, lock_name="csi.lock", owner="CSI plugin")
     # Mount daemons inherit PATH/HOME but never a token of ours: each volume's token goes
     # to its own daemon only.
-    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in (TOKEN_ENV, TOKEN_FILE_ENV)}
     from gitxet.cli._env import plugin_resolver
 
     mounter = SubprocessMounter(os.path.join(state, "mounter"), env=env)

@@ -67,6 +67,15 @@ CasUrlOpt = Annotated[
 OfflineOpt = Annotated[
     bool, typer.Option("--offline", help="Serve only from the cache; a miss is an I/O error.")
 ]
+TokenFileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token-file",
+        metavar="PATH",
+        help="Read the server token from this file, again whenever it changes (rotation) "
+        "(GITXET_TOKEN_FILE).",
+    ),
+]
 
 
 def _open_fs(  # type: ignore[no-untyped-def]
@@ -78,12 +87,20 @@ def _open_fs(  # type: ignore[no-untyped-def]
     offline: bool = False,
     prefetch: str | None = None,
     cas_url: str | None = None,
+    token_file: str | None = None,
 ):
     """(dataset, full sha, CommitFS) of ``commit`` in ``repo``, through the one resolver."""
     from gitxet.cli._env import http_access
     from gitxet.dataset import open_commit
 
-    access = http_access(cache_dir, cache_size, offline=offline, prefetch=prefetch, cas_url=cas_url)
+    access = http_access(
+        cache_dir,
+        cache_size,
+        offline=offline,
+        prefetch=prefetch,
+        cas_url=cas_url,
+        token_file=token_file,
+    )
     opened = open_commit(repo, commit, subdir or "", access)
     return opened.dataset, opened.commit, opened.fs
 
@@ -121,6 +138,7 @@ def mount_cmd(
     offline: OfflineOpt = False,
     prefetch: PrefetchOpt = None,
     cas_url: CasUrlOpt = None,
+    token_file: TokenFileOpt = None,
     read_around: ReadAroundOpt = True,
     nonempty: Annotated[
         bool,
@@ -173,7 +191,9 @@ def mount_cmd(
     from gitxet.mount.runner import normalize_mountpoint
 
     mnt = normalize_mountpoint(os.path.abspath(mountpoint))
-    cache = (cache_dir, cache_size, offline, prefetch, cas_url)
+    if token_file is not None:
+        token_file = os.path.abspath(token_file)  # the daemon runs in /
+    cache = (cache_dir, cache_size, offline, prefetch, cas_url, token_file)
     if fuse_takeover is not None:
         # a serving process started by the supervisor: the mount exists already (and a stat
         # of it would wait for this very process)
@@ -202,7 +222,12 @@ def mount_cmd(
         from gitxet.dataset import open_dataset
 
         access = http_access(
-            cache_dir, cache_size, offline=offline, prefetch=prefetch, cas_url=cas_url
+            cache_dir,
+            cache_size,
+            offline=offline,
+            prefetch=prefetch,
+            cas_url=cas_url,
+            token_file=token_file,
         )
         _repair_dead(mnt, dead, repo, open_dataset(repo, access).resolve(commit), nonempty)
     if not foreground and not nfs:
@@ -211,7 +236,12 @@ def mount_cmd(
         from gitxet.dataset import open_dataset
 
         access = http_access(
-            cache_dir, cache_size, offline=offline, prefetch=prefetch, cas_url=cas_url
+            cache_dir,
+            cache_size,
+            offline=offline,
+            prefetch=prefetch,
+            cas_url=cas_url,
+            token_file=token_file,
         )
         ds = open_dataset(repo, access)
         sha = ds.resolve(commit)

@@ -41,11 +41,20 @@ def docker_plugin_cmd(
         float, typer.Option(help="Seconds a mount may take to become ready.")
     ] = 60.0,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    token_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--token-dir",
+            help="The directory volumes' token_file options may name files in (no symlinks); "
+            "without it token_file is refused.",
+        ),
+    ] = None,
 ) -> None:
     """Docker volume plugin: containers mount dataset commits read-only.
 
-    Volume options: repo, commit (pinned at create), subdir, token or token_file,
-    cache_size, prefetch, cas (a cache tier to read data through). Mounts run as their own
+    Volume options: repo, commit (pinned at create), subdir, token or token_file (inside
+    --token-dir; re-read by the mount when it changes), cache_size, prefetch, cas (a cache
+    tier to read data through). Mounts run as their own
     processes and outlive the plugin; a restarted plugin adopts them. See
     docs/operations/docker.md.
     """
@@ -53,7 +62,7 @@ def docker_plugin_cmd(
 
     from gitxet.plugins.docker_volume import PluginServer, VolumeDriver
     from gitxet.plugins.mounter import SubprocessMounter
-    from gitxet.settings import TOKEN_ENV
+    from gitxet.settings import TOKEN_ENV, TOKEN_FILE_ENV
     from gitxet.util.statelock import lock_state_dir
 
     logging.basicConfig(
@@ -66,7 +75,7 @@ def docker_plugin_cmd(
     lock_fd = lock_state_dir(state, owner="plugin")
     # The daemons get this environment (PATH, HOME for git) but never a token of ours: each
     # volume's token is handed to its own daemon only.
-    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in (TOKEN_ENV, TOKEN_FILE_ENV)}
     from gitxet.cli._env import plugin_resolver
 
     mounter = SubprocessMounter(os.path.join(state, "mounter"), env=env)
@@ -77,6 +86,7 @@ def docker_plugin_cmd(
         state,
         mount_root or os.path.join(state, "volumes"),
         mount_timeout=mount_timeout,
+        token_dir=token_dir,
     )
     server = PluginServer(socket_path, driver)
 

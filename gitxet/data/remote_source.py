@@ -61,7 +61,7 @@ from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, from_hex, merkle_root, to_hex
 from gitxet.remote import protocol as p
-from gitxet.remote.client import CASClient
+from gitxet.remote.client import CASClient, TokenSource
 from gitxet.settings import DEFAULT_PREFETCH_BYTES, strip_credentials
 from gitxet.store.nodecache import NodeCache, cache_total
 from gitxet.util.atomic import atomic_write
@@ -791,12 +791,14 @@ def http_remote_factory(
     token_lookup: Callable[[str], str | None] | None = None,
     read_ahead: int = MAX_WINDOW,
     cas_url: str | None = None,
+    rotating: bool = False,
 ) -> Callable[[str], HttpCASRemote]:
     """Build the CAS remote of an http(s) git URL: discovery, token, the shared node cache
     under ``root``. Offline, the endpoint found by an earlier online use is reused.
     ``read_ahead`` is the largest read-ahead window of sequential readers; ``cas_url`` a
     cache tier file data is read through (with the same token; the origin is the
-    fallback)."""
+    fallback). ``rotating``: ``token_lookup`` may answer differently over time (a token
+    file), so it is asked before every request instead of once."""
 
     def make(url: str) -> HttpCASRemote:
         from gitxet.remote.client import discover
@@ -816,10 +818,20 @@ def http_remote_factory(
             endpoint = found.cas_url
             tok = tok or found.access_token
             atomic_write(record, json.dumps({"cas_url": endpoint}).encode(), durable=False)
-        client = CASClient(endpoint, tok)
+        live: TokenSource = tok
+        if rotating and token is None and token_lookup is not None:
+            # a token file: looked up before every request (a stat unless it changed), so
+            # a rotated token is used at once and a revoked one never again
+            first = tok
+
+            def live_token() -> str | None:
+                return token_lookup(url) or first
+
+            live = live_token
+        client = CASClient(endpoint, live)
         reads = None
         if cas_url and not offline:
-            reads = CASClient(cas_url, tok, timeout=TIER_TIMEOUT, retry=TIER_ATTEMPTS)
+            reads = CASClient(cas_url, live, timeout=TIER_TIMEOUT, retry=TIER_ATTEMPTS)
         cache = open_node_cache(root, max_bytes)
         remote = HttpCASRemote(
             client, cache, os.path.join(root, "shards"), max_window=read_ahead, reads=reads

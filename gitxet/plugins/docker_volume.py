@@ -13,8 +13,11 @@ extra (starlette/uvicorn live in ``gitxet.server`` only), and a threaded stdlib 
 keeps a slow mount of one volume from blocking ``docker volume ls``.
 
 Tokens: a ``token`` option is kept in ``secrets/<volume>`` (mode 0600) next to the volume
-table, never in the table, a response or a log line; ``token_file`` names a file read at
-every mount instead (so a rotated token is picked up).
+table, never in the table, a response or a log line. ``token_file`` names a file instead,
+which the mount daemon re-reads whenever it changes (a rotated token is used by the running
+mount at once); it must lie inside the directory the operator gave the plugin
+(``--token-dir``), with no symlink on the way, so a volume option can never make the plugin
+read (and send to a server) an arbitrary file of the host.
 """
 
 from __future__ import annotations
@@ -28,17 +31,18 @@ import logging
 import os
 import re
 import socketserver
+import stat
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from gitxet.errors import FormatError, GitxetError, MountError, MountSpecError
+from gitxet.errors import ConfigError, FormatError, GitxetError, MountError, MountSpecError
 from gitxet.formats.record import check_record, load_json_object
 from gitxet.mount.runner import normalize_mountpoint
 from gitxet.plugins.mounter import Mounter, MountSpec, resolve_local, validate_spec
-from gitxet.settings import split_credentials
+from gitxet.settings import read_token_file, split_credentials
 from gitxet.util.atomic import atomic_write
 from gitxet.util.records import RecordDir
 from gitxet.util.statelock import clear_stale_socket
@@ -207,17 +211,40 @@ class VolumeTable:
 
 
 def _read_token(path: str) -> str:
-    with open(path, "rb") as f:
-        data = f.read(_TOKEN_MAX_BYTES + 1)
-    if len(data) > _TOKEN_MAX_BYTES:
-        raise VolumeError(f"token file {path} is larger than {_TOKEN_MAX_BYTES} bytes")
     try:
-        token = data.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise VolumeError(f"token file {path} is not UTF-8 text") from None
-    if not token or "\n" in token or "\0" in token:
-        raise VolumeError(f"token file {path} must hold one non-empty line")
-    return token
+        return read_token_file(path)
+    except ConfigError as exc:
+        raise VolumeError(str(exc)) from None
+
+
+def check_token_file(path: str, token_dir: str | None) -> str:
+    """``path`` if it names a regular file inside ``token_dir`` reached without symlinks,
+    else :class:`VolumeError` (also when the operator configured no token directory)."""
+    if token_dir is None:
+        raise VolumeError(
+            "token_file is disabled: start the plugin with --token-dir DIR to allow "
+            "token files inside DIR"
+        )
+    if not os.path.isabs(path):
+        raise VolumeError(f"token_file {path!r} must be an absolute path")
+    base = os.path.realpath(token_dir)
+    clean = os.path.normpath(path)
+    if os.path.commonpath([base, clean]) != base or clean == base:
+        raise VolumeError(f"token_file {path!r} is outside the token directory {base}")
+    # every component below the directory must be a real directory or file, no symlink:
+    # a link could point anywhere on the host
+    at = base
+    for part in os.path.relpath(clean, base).split(os.sep):
+        at = os.path.join(at, part)
+        try:
+            st = os.lstat(at)
+        except OSError as exc:
+            raise VolumeError(f"cannot read token_file {path}: {exc.strerror}") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise VolumeError(f"token_file {path!r} goes through a symlink ({at})")
+    if not stat.S_ISREG(st.st_mode):
+        raise VolumeError(f"token_file {path!r} is not a regular file")
+    return clean
 
 
 def _iso(ts: float) -> str:
@@ -230,7 +257,8 @@ class VolumeDriver:
     ``state_dir`` holds the volume table; each volume mounts at ``<mount_root>/<name>``
     (for a managed plugin, ``mount_root`` is the config's ``propagatedMount``).
     ``resolve`` turns a spec into a full commit sha at Create (default: local repositories
-    and file:// URLs).
+    and file:// URLs). ``token_dir`` is the one directory ``token_file`` options may name
+    files in (``None``: token files are refused).
     """
 
     def __init__(
@@ -242,8 +270,10 @@ class VolumeDriver:
         resolve: Callable[[MountSpec], str] | None = None,
         mount_timeout: float = 60.0,
         clock: Callable[[], float] = time.time,
+        token_dir: str | None = None,
     ) -> None:
         self.mounter = mounter
+        self.token_dir = os.path.abspath(token_dir) if token_dir is not None else None
         self.table = VolumeTable(os.path.abspath(state_dir))
         self.mount_root = normalize_mountpoint(mount_root)
         self.resolve = resolve or resolve_local
@@ -285,10 +315,9 @@ class VolumeDriver:
 
     def _token(self, vol: Volume) -> str | None:
         if vol.token_file:
-            try:
-                return _read_token(vol.token_file)
-            except OSError as exc:
-                raise VolumeError(f"cannot read token_file {vol.token_file}: {exc}") from None
+            # checked again at every mount: the directory may have changed since Create
+            _read_token(check_token_file(vol.token_file, self.token_dir))
+            return None  # the daemon reads the file itself, again whenever it changes
         return self.table.get_token(vol.name) if vol.has_token else None
 
     def _spec(self, vol: Volume, token: str | None) -> MountSpec:
@@ -300,6 +329,7 @@ class VolumeDriver:
             cache_size=vol.cache_size,
             prefetch=vol.prefetch,
             cas=vol.cas,
+            token_file=vol.token_file or None,
         )
 
     def _live(self, vol: Volume) -> bool:
@@ -337,12 +367,8 @@ class VolumeDriver:
         token = opts.get("token")
         token_file = opts.get("token_file")
         if token_file is not None:
-            if not os.path.isabs(token_file):
-                raise VolumeError(f"token_file {token_file!r} must be an absolute path")
-            try:
-                token = _read_token(token_file)
-            except OSError as exc:
-                raise VolumeError(f"cannot read token_file {token_file}: {exc}") from None
+            token_file = check_token_file(token_file, self.token_dir)
+            token = _read_token(token_file)
         # credentials in the repo URL move to the token (kept in secrets/, never in the
         # table, argv or a log); an explicit token or token_file wins over them
         repo, url_token = split_credentials(opts["repo"].strip())

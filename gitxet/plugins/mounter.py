@@ -12,9 +12,16 @@ mounter writes one JSON record per target under its state dir; after a restart
 the ones whose daemon died (pinned to the recorded commit sha, so a moved branch never
 changes what a volume shows).
 
-Tokens (for http(s) repositories) reach the daemon through its environment
-(``GITXET_TOKEN``) only: never argv (visible in ``ps``), never a record or a log. A
-remount after a restart therefore needs the token handed back to ``recover``.
+Tokens (for http(s) repositories) reach the daemon through a token file only: never argv
+(visible in ``ps``), never a record or a log, never the node's disk. The mounter writes the
+spec's token to a file in memory (``/dev/shm/gitxet-tokens-<state>/<target>``, 0600 in a
+0700 directory, removed at unmount) and the daemon gets its path (``GITXET_TOKEN_FILE``); a
+spec naming its own ``token_file`` (a Docker volume's operator-provided file) is handed over
+as it is. The daemon re-reads the
+file whenever it changes, so mounting the same spec again with a new token
+(:meth:`SubprocessMounter.mount`, what a CSI republish does) rotates the token of the
+running mount without unmounting. A remount after a restart needs the token handed back
+to ``recover``.
 """
 
 from __future__ import annotations
@@ -53,11 +60,13 @@ from gitxet.settings import (
     CAS_URL_ENV,
     PREFETCH_ENV,
     TOKEN_ENV,
+    TOKEN_FILE_ENV,
     check_cas_url,
     is_size,
     split_credentials,
 )
-from gitxet.util.records import RecordDir
+from gitxet.util.atomic import atomic_write
+from gitxet.util.records import RecordDir, record_name
 
 # The environment of mount daemons when the caller gives none: enough to find git and
 # fusermount3, and nothing inherited by accident (library code does not read os.environ).
@@ -81,7 +90,8 @@ class MountSpec:
 
     ``token`` authenticates against http(s) repositories; ``cache_size`` (e.g. ``"10GiB"``)
     and ``prefetch`` (a mount daemon hint) tune the node cache; ``cas`` is a cache tier the
-    daemon reads file data through (``GITXET_CAS_URL``).
+    daemon reads file data through (``GITXET_CAS_URL``). ``token_file`` (an absolute path)
+    is read by the daemon instead of ``token``, again whenever it changes.
     """
 
     repo: str
@@ -91,6 +101,7 @@ class MountSpec:
     cache_size: str | None = None
     prefetch: str | None = None
     cas: str | None = None
+    token_file: str | None = None
 
     def secured(self) -> MountSpec:
         """The same spec with credentials moved out of the repo URL into ``token`` (an
@@ -160,7 +171,8 @@ class RecoveryReport:
 def validate_spec(spec: MountSpec, target: str = "") -> None:
     """Raise :class:`MountSpecError` naming the first field of ``spec`` that is malformed."""
     where = target or "mount"
-    for name in ("repo", "commit", "subdir", "cache_size", "prefetch", "cas", "token"):
+    fields = ("repo", "commit", "subdir", "cache_size", "prefetch", "cas", "token", "token_file")
+    for name in fields:
         value = getattr(spec, name)
         if value is None:
             continue
@@ -194,6 +206,11 @@ def validate_spec(spec: MountSpec, target: str = "") -> None:
             raise MountSpecError(where, "cas", str(exc)) from None
     if spec.token is not None and not spec.token.strip():
         raise MountSpecError(where, "token", "is empty")
+    if spec.token_file is not None:
+        if not os.path.isabs(spec.token_file):
+            raise MountSpecError(where, "token_file", "must be an absolute path")
+        if spec.token is not None:
+            raise MountSpecError(where, "token_file", "give either a token or a token file")
 
 
 def resolve_local(spec: MountSpec, access: HttpAccess | None = None) -> str:
@@ -237,6 +254,7 @@ _RECORD_TYPES: dict[str, tuple[type, ...]] = {
     "cache_size": (str, type(None)),
     "prefetch": (str, type(None)),
     "cas": (str, type(None)),
+    "token_file": (str, type(None)),
     "commit_sha": (str,),
     "pid": (int,),
     "start_time": (int,),
@@ -268,6 +286,7 @@ class _Record:
             "cache_size": self.spec.cache_size,
             "prefetch": self.spec.prefetch,
             "cas": self.spec.cas,
+            "token_file": self.spec.token_file,
             "commit_sha": self.commit_sha,
             "pid": self.pid,
             "start_time": self.start_time,
@@ -280,6 +299,7 @@ class _Record:
     def from_json(cls, data: bytes, what: str) -> _Record:
         raw = load_json_object(data, what, max_bytes=_RECORD_MAX_BYTES)
         raw.setdefault("cas", None)  # records written before cache tiers
+        raw.setdefault("token_file", None)  # ... and before token files
         body = check_record(raw, what, version=_RECORD_VERSION, types=_RECORD_TYPES)
         if not _FULL_SHA.fullmatch(body["commit_sha"]):
             raise FormatError(what, "commit_sha is not a full sha")
@@ -294,6 +314,7 @@ class _Record:
             cache_size=body["cache_size"],
             prefetch=body["prefetch"],
             cas=body["cas"],
+            token_file=body["token_file"],
         )
         return cls(
             target=body["target"],
@@ -318,6 +339,15 @@ def _record_live(rec: _Record, mounted: set[str], *, probe: bool = False) -> boo
 # ---- the subprocess mounter ------------------------------------------------------------------
 
 
+def _memory_dir(state_dir: str) -> str:
+    """The directory in memory (``/dev/shm``, else the state dir) for the token files of
+    the mounter of ``state_dir``."""
+    shm = "/dev/shm"
+    if not os.path.isdir(shm):
+        return os.path.join(state_dir, "tokens")
+    return os.path.join(shm, f"gitxet-tokens-{record_name(state_dir)[:16]}")
+
+
 class SubprocessMounter:
     """Mounts through detached ``git-xet mount --foreground`` daemons; state under ``state_dir``.
 
@@ -326,7 +356,9 @@ class SubprocessMounter:
     the command that runs ``git-xet``; ``env`` the daemons' base environment (default: a
     minimal PATH). ``resolve`` maps a spec to a full commit sha (default: the local/file://
     resolver); ``allow_other`` lets other users (container processes) read the mounts
-    (default: only when running as root, where FUSE allows it without configuration).
+    (default: only when running as root, where FUSE allows it without configuration);
+    ``tokens_dir`` where the daemons' token files are kept (default: in memory, see the
+    module docstring).
     """
 
     def __init__(
@@ -337,6 +369,7 @@ class SubprocessMounter:
         env: Mapping[str, str] | None = None,
         resolve: Callable[[MountSpec], str] | None = None,
         allow_other: bool | None = None,
+        tokens_dir: str | None = None,
     ) -> None:
         self.state_dir = os.path.abspath(state_dir)
         self.program = tuple(program)
@@ -351,6 +384,7 @@ class SubprocessMounter:
             max_bytes=_RECORD_MAX_BYTES,
         )
         self._logs = os.path.join(self.state_dir, "logs")
+        self._tokens = tokens_dir if tokens_dir is not None else _memory_dir(self.state_dir)
         self.cache_dir = os.path.join(self.state_dir, "cache")
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -404,17 +438,44 @@ class SubprocessMounter:
             and want.cache_size == have.cache_size
             and want.prefetch == have.prefetch
             and want.cas == have.cas
+            and want.token_file == have.token_file
         ):
+            if spec.token is not None:
+                self._write_token(mnt, spec.token)  # a new token reaches the running daemon
             return rec.info()
         raise MountError(
             mnt, f"already mounted with another spec ({have.repo} at {rec.commit_sha[:12]})"
         )
 
-    def _daemon_env(self, spec: MountSpec) -> dict[str, str]:
+    def _token_path(self, mnt: str) -> str:
+        return os.path.join(self._tokens, record_name(mnt))
+
+    def _write_token(self, mnt: str, token: str) -> None:
+        """Store the token of the mount at ``mnt`` where its daemon reads it (0600); an
+        unchanged token is not rewritten (the daemon re-reads only changed files)."""
+        path = self._token_path(mnt)
+        try:
+            with open(path, "rb") as f:
+                if f.read(len(token) + 2).strip() == token.encode("utf-8"):
+                    return
+        except OSError:
+            pass
+        os.makedirs(self._tokens, mode=0o700, exist_ok=True)
+        atomic_write(path, token.encode("utf-8") + b"\n", mode=0o600)
+
+    def _drop_token(self, mnt: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._token_path(mnt))
+
+    def _daemon_env(self, spec: MountSpec, mnt: str) -> dict[str, str]:
         env = dict(self.env)
         env.pop(TOKEN_ENV, None)
-        if spec.token is not None:
-            env[TOKEN_ENV] = spec.token
+        env.pop(TOKEN_FILE_ENV, None)
+        if spec.token_file is not None:
+            env[TOKEN_FILE_ENV] = spec.token_file
+        elif spec.token is not None:
+            self._write_token(mnt, spec.token)
+            env[TOKEN_FILE_ENV] = self._token_path(mnt)
         env[CACHE_DIR_ENV] = self.cache_dir
         for name, value in (
             (CACHE_SIZE_ENV, spec.cache_size),
@@ -439,14 +500,18 @@ class SubprocessMounter:
             argv += ["--subdir", spec.subdir.strip("/")]
         if self.allow_other:
             argv.append("--allow-other")
-        proc = runner.start_background(
-            argv,
-            mnt,
-            timeout=timeout,
-            log_path=runner.log_path_for(self._logs, mnt),
-            cwd="/",
-            env=self._daemon_env(spec),
-        )
+        try:
+            proc = runner.start_background(
+                argv,
+                mnt,
+                timeout=timeout,
+                log_path=runner.log_path_for(self._logs, mnt),
+                cwd="/",
+                env=self._daemon_env(spec, mnt),
+            )
+        except BaseException:
+            self._drop_token(mnt)
+            raise
         rec = _Record(
             target=mnt,
             spec=spec.without_token(),
@@ -480,6 +545,7 @@ class SubprocessMounter:
             time.sleep(0.05)
         if not runner.stop_process(rec.pid, rec.start_time):
             raise MountError(rec.target, f"the mount daemon (pid {rec.pid}) does not exit")
+        self._drop_token(rec.target)
 
     def _clear_stale(self, rec: _Record) -> None:
         """Detach what a dead (or wedged) daemon left at its target and stop the daemon."""

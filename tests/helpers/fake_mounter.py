@@ -52,6 +52,8 @@ class FakeMounter:
             if have.spec == spec.without_token() or (
                 have.commit_sha == sha and have.spec.repo == spec.repo
             ):
+                if spec.token is not None:  # the real mounter hands it to the daemon
+                    self.tokens[target] = spec.token
                 return have
             raise MountError(target, "already mounted with another spec")
         if self.fail_next is not None:
@@ -61,6 +63,9 @@ class FakeMounter:
         info = MountInfo(target, spec.without_token(), sha, self._pid)
         self.mounts[target] = info
         self.tokens[target] = spec.token
+        if spec.token_file is not None:  # what the daemon would read
+            with open(spec.token_file, encoding="utf-8") as f:
+                self.tokens[target] = f.read().strip()
         return info
 
     def unmount(self, target: str) -> None:

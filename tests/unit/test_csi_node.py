@@ -243,9 +243,14 @@ def test_publish_mounts_through_the_mounter_and_is_idempotent(plugin: Plugin) ->
         cas="http://tier:8080",
     )
     assert plugin.mounter.tokens[target] == TOKEN
-    # the same call again (kubelet retries, requiresRepublish): OK, no second mount
+    # the same call again (kubelet retries, requiresRepublish): OK, no second mount, and a
+    # rotated secret reaches the running mount
     plugin.stub.NodePublishVolume(req)
-    assert [c for c in plugin.mounter.calls if c[0] == "mount"] == [("mount", target)]
+    req.secrets["token"] = TOKEN + "-rotated"
+    plugin.stub.NodePublishVolume(req)
+    assert plugin.mounter.mounts[target].pid == info.pid
+    assert plugin.mounter.tokens[target] == TOKEN + "-rotated"
+    assert "unmount" not in [c[0] for c in plugin.mounter.calls]
     # the record survives a plugin restart: a new service on the same state still agrees
     again = NodeService(plugin.mounter, str(plugin.state), NodeConfig(node_id="node-a"))
     rec = again.records.get(target)

@@ -89,6 +89,7 @@ def test_csidriver_matches_the_plugin() -> None:
     assert spec["attachRequired"] is False
     assert spec["podInfoOnMount"] is True
     assert sorted(spec["volumeLifecycleModes"]) == ["Ephemeral", "Persistent"]
+    assert spec["requiresRepublish"] is True  # remounts, and token rotation
 
 
 def test_daemonset_wiring() -> None:

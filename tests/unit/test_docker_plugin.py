@@ -44,7 +44,11 @@ class Plugin:
     def __init__(self, state: Path, mounter: FakeMounter) -> None:
         self.state, self.mounter = state, mounter
         self.driver = VolumeDriver(
-            mounter, str(state), str(state / "volumes"), resolve=mounter.resolve
+            mounter,
+            str(state),
+            str(state / "volumes"),
+            resolve=mounter.resolve,
+            token_dir=str(state.parent),  # the test's tmp_path: token files live there
         )
         self.sock = str(state.parent / f"{state.name}.sock")
         self.server = PluginServer(self.sock, self.driver)
@@ -379,6 +383,34 @@ def test_token_file_is_read_at_each_mount(plugin: Plugin, tmp_path: Path) -> Non
     assert "one non-empty line" in plugin.err("/VolumeDriver.Mount", Name="ds", ID="c3")
     assert plugin.mounter.mounts == {}
     assert not (plugin.state / "secrets" / "ds").exists()
+
+
+def test_token_files_only_from_the_operators_directory(tmp_path: Path) -> None:
+    from gitxet.plugins.docker_volume import VolumeError, check_token_file
+
+    tokens = tmp_path / "tokens"
+    (tokens / "team").mkdir(parents=True)
+    good = tokens / "team" / "t"
+    good.write_text("tok\n")
+    outside = tmp_path / "elsewhere"
+    outside.write_text("host secret\n")
+    (tokens / "link").symlink_to(outside)
+    (tokens / "dirlink").symlink_to(tmp_path)
+    assert check_token_file(str(good), str(tokens)) == str(good)
+    cases = [
+        (str(good), None, "--token-dir"),
+        (str(outside), str(tokens), "outside"),
+        (str(tokens / ".." / "elsewhere"), str(tokens), "outside"),
+        (str(tokens), str(tokens), "outside"),
+        (str(tokens / "link"), str(tokens), "symlink"),
+        (str(tokens / "dirlink" / "elsewhere"), str(tokens), "symlink"),
+        (str(tokens / "team"), str(tokens), "regular file"),
+        (str(tokens / "missing"), str(tokens), "cannot read"),
+        ("team/t", str(tokens), "absolute"),
+    ]
+    for path, base, needle in cases:
+        with pytest.raises(VolumeError, match=needle):
+            check_token_file(path, base)
 
 
 # ---- restarts ------------------------------------------------------------------------------

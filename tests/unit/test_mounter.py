@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from gitxet.plugins.mounter import (
     resolve_local,
     validate_spec,
 )
+from gitxet.settings import TOKEN_FILE_ENV
 from tests.helpers.fake_mounter import FakeMounter
 from tests.helpers.fuse_env import require_fuse
 
@@ -250,14 +252,24 @@ def test_mount_share_restart_recover_unmount(tmp_path: Path, repo: tuple[str, st
             m.mount(MountSpec(path, "main", subdir="sub"), target)
         assert m.list() == [info] and m.is_mounted(target)
 
-        # the token reaches the daemon through its environment only
+        # the token reaches the daemon through a file in memory only (neither argv, nor
+        # its environment, nor the state dir on disk); a new token there rotates it
         environ = Path(f"/proc/{info.pid}/environ").read_bytes().split(b"\0")
-        assert f"{TOKEN_ENV}={TOKEN}".encode() in environ
+        files = [e for e in environ if e.startswith(f"{TOKEN_FILE_ENV}=".encode())]
+        (token_file,) = [Path(e.split(b"=", 1)[1].decode()) for e in files]
+        assert str(token_file).startswith("/dev/shm/")
+        assert token_file.read_text().strip() == TOKEN
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+        assert not any(e.startswith(f"{TOKEN_ENV}=".encode()) for e in environ)
+        assert not any(TOKEN.encode() in e for e in environ)
         assert b"GITXET_CACHE_SIZE=1GiB" in environ
         assert TOKEN.encode() not in Path(f"/proc/{info.pid}/cmdline").read_bytes()
         for f in Path(state).rglob("*"):
             if f.is_file():
                 assert TOKEN.encode() not in f.read_bytes(), f
+        assert m.mount(replace(spec, token=TOKEN + "2"), target) == info
+        assert token_file.read_text().strip() == TOKEN + "2"
+        assert m.mount(spec, target) == info
 
         # a new mounter on the same state (a restarted plugin) adopts the live mount
         m2 = SubprocessMounter(state, env=env)
@@ -278,11 +290,16 @@ def test_mount_share_restart_recover_unmount(tmp_path: Path, repo: tuple[str, st
         pids.append(new.pid)
         assert new.pid != info.pid and new.commit_sha == sha
         assert Path(target, "top.txt").read_text() == "top\n"
-        assert f"{TOKEN_ENV}={TOKEN}".encode() in Path(f"/proc/{new.pid}/environ").read_bytes()
+        assert token_file.read_text().strip() == TOKEN
+        assert (
+            f"{TOKEN_FILE_ENV}={token_file}".encode()
+            in Path(f"/proc/{new.pid}/environ").read_bytes()
+        )
 
         m2.unmount(target)
         m2.unmount(target)  # idempotent
         assert not is_mounted(target) and m2.list() == [] and m2.get(target) is None
+        assert not token_file.exists()  # removed with the mount
         deadline = time.monotonic() + 10
         while _pid_alive(new.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -308,7 +325,7 @@ def test_remount_of_a_vanished_repo_fails_and_keeps_the_record(
     try:
         assert sorted(os.listdir(target)) == ["a.txt"]
         # a spec without a token gets none, not the one in the mounter's own environment
-        assert TOKEN_ENV.encode() not in Path(f"/proc/{info.pid}/environ").read_bytes()
+        assert b"GITXET_TOKEN" not in Path(f"/proc/{info.pid}/environ").read_bytes()
         os.kill(info.pid, signal.SIGKILL)
         os.rename(path, path + ".moved")
         deadline = time.monotonic() + 10
@@ -333,8 +350,8 @@ def test_remount_of_a_vanished_repo_fails_and_keeps_the_record(
 def test_a_cache_tier_reaches_the_daemon_and_the_record(tmp_path: Path) -> None:
     m = SubprocessMounter(str(tmp_path / "state"), env={"PATH": "/bin"})
     spec = MountSpec("https://hub/x", "main", cas="http://tier:8080")
-    assert m._daemon_env(spec)["GITXET_CAS_URL"] == "http://tier:8080"
-    assert "GITXET_CAS_URL" not in m._daemon_env(MountSpec("https://hub/x", "main"))
+    assert m._daemon_env(spec, "/mnt/v")["GITXET_CAS_URL"] == "http://tier:8080"
+    assert "GITXET_CAS_URL" not in m._daemon_env(MountSpec("https://hub/x", "main"), "/mnt/v")
     rec = _record()
     rec = _Record(**{**rec.__dict__, "spec": spec})
     assert _Record.from_json(rec.to_json(), "r").spec.cas == "http://tier:8080"

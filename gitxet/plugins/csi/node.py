@@ -149,6 +149,8 @@ class NodeService:
                     )
                 if self.mounter.is_mounted(target):
                     log.debug("volume %s already published at %s", req.volume_id, target)
+                    if req.token is not None:
+                        self._refresh_token(req, target)
                     self._tokens[target] = req.token
                     return
                 if self.mounter.health(target) == HEALTH_DEAD:
@@ -198,6 +200,28 @@ class NodeService:
                 f", subdir {req.subdir}" if req.subdir else "",
                 target,
             )
+
+    def _refresh_token(self, req: PublishRequest, target: str) -> None:
+        """A republish (kubelet, ``requiresRepublish``) of a live volume: hand the mount
+        the secret's current token, which its daemon picks up without unmounting."""
+        spec = MountSpec(
+            repo=req.repo,
+            commit=req.commit,
+            subdir=req.subdir,
+            token=req.token,
+            cache_size=req.cache_size,
+            prefetch=req.prefetch,
+            cas=req.cas,
+        )
+        try:
+            validate_spec(spec, target)
+            self.mounter.mount(spec, target, timeout=self.config.mount_timeout)
+        except MountSpecError as exc:
+            raise invalid(f"volume attribute {exc.field}: {exc.detail}") from None
+        except MountError as exc:
+            raise CsiRequestError(
+                "INTERNAL", f"cannot refresh the token of {target}: {exc.reason}"
+            ) from None
 
     def _mount(self, req: PublishRequest, spec: MountSpec, created: bool) -> str:
         target = req.target_path
