@@ -1,6 +1,8 @@
 """Use cases of a gitxet repository: where git, the local store, the remotes and the data
 engine meet. One module a job, each usable (and tested) on its own:
 
+- :mod:`~gitxet.repo.content`: the data behind pointers: fetched from whichever remote has
+  it, reconstructed into a stream, uploaded.
 - :mod:`~gitxet.repo.pointers`: pointer blobs in trees, the index and history.
 - :mod:`~gitxet.repo.repository`: :class:`~gitxet.repo.repository.XetRepo`, a repository
   opened with its store and remotes, composing the parts (and git's filter handler).

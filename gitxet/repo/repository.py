@@ -23,26 +23,19 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 from gitxet.data.audit import DataLocation, count_unpushed, locate
 from gitxet.data.clean import Ingestor, IngestResult
 from gitxet.data.dedup import RemoteDedup
-from gitxet.data.reconstruct import ChunkSource, FileReader
-from gitxet.data.sources import LayeredSource
 from gitxet.data.staging import StagedIngest
 from gitxet.data.staging import recover as recover_staged
-from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, push_files
+from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary
 from gitxet.dataset import (
     Remotes,
-    Search,
     chunk_source_of,
-    fetch_from_any,
-    source_with,
 )
 from gitxet.errors import (
     ConfigError,
-    FileNotFoundInCASError,
     GitError,
     GitObjectNotFoundError,
     GitxetError,
     MaterializeError,
-    NotFoundError,
     UnsafePathError,
 )
 from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
@@ -54,6 +47,7 @@ from gitxet.git.paths import unsafe_path
 from gitxet.git.worktree import WorkTree
 from gitxet.git.xetconfig import THRESHOLD_KEY, Setting, is_never_pointer, read_setting
 from gitxet.hashing import from_hex, to_hex
+from gitxet.repo.content import Content, Progress
 from gitxet.repo.pointers import (
     PointerFile,
     history_pointers,
@@ -73,7 +67,6 @@ if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
 DEFAULT_THRESHOLD = 256 * 1024
-Progress = Callable[[int], None]
 
 
 class _Counting(io.RawIOBase):
@@ -119,7 +112,8 @@ class XetRepo:
         self._stats_lock = threading.Lock()
         self.remotes = Remotes(self.cwd, remote_factory)
         self._delay_ok: bool | None = None
-        self._paths_by_hash: dict[str, str] = {}
+        self.content = Content(self.cas, self.remotes)
+        self._paths_by_hash = self.content.names
         self._staged: StagedIngest | None = None
         self._recovered = False  # dead sessions' journals stored by this process
         self._dedup: RemoteDedup | bool | None = None  # False: no CAS server to dedup with
@@ -300,7 +294,7 @@ class XetRepo:
             self._delay_ok = any(self.remotes.is_server(n) for n in self.remotes.names())
         return self._delay_ok
 
-    # ---- content -------------------------------------------------------------------------
+    # ---- content (gitxet.repo.content) ---------------------------------------------------
 
     def ensure_local(
         self,
@@ -311,25 +305,8 @@ class XetRepo:
         commit: str | None = None,
         warm: bool = False,
     ) -> TransferSummary | None:
-        """Fetch whatever the local store lacks to reconstruct ``pointers``, from whichever
-        remote has it (``remote`` first, then the others; ``commit``: where they are from).
-
-        From a CAS server nothing is copied into the store: the files' descriptions are
-        fetched (a file no remote has fails now, by name) and their data streams from the
-        server when the files are written (:meth:`write_content`); with ``warm`` the data is
-        fetched into the shared node cache now (``git xet fetch``).
-
-        Raises:
-            DataUnavailableError: some file's data is on no remote (naming those tried).
-        """
-        hashes = [from_hex(p.xet_hash) for p in pointers if p.size]
-        missing = [h for h in hashes if self.cas.file_info(h) is None]
-        if not missing:
-            return None
-        order = self.search_order(remote, commit=commit)
-        return fetch_from_any(
-            self.cas, self.remotes, order, missing, progress, self._paths_by_hash, warm=warm
-        )
+        """Fetch what the store lacks for ``pointers`` (:meth:`Content.ensure_local`)."""
+        return self.content.ensure_local(pointers, remote, progress, commit=commit, warm=warm)
 
     def write_content(
         self,
@@ -341,47 +318,14 @@ class XetRepo:
         commit: str | None = None,
         path: str | None = None,
     ) -> None:
-        """Reconstruct a pointer's content into ``dst``, fetching it first if needed from
-        whichever remote has it (``remote``, then the remote of ``ref``/``commit``, then
-        the others).
+        """Reconstruct a pointer's content into ``dst`` (:meth:`Content.write`)."""
+        self.content.write(ptr, dst, remote, ref=ref, commit=commit, path=path)
 
-        Raises:
-            DataUnavailableError: no remote has the data (naming those tried).
-        """
-        if ptr.size == 0:
-            return
-        fhash = from_hex(ptr.xet_hash)
-        source: ChunkSource = self.cas
-        info = self.cas.file_info(fhash)
-        if info is not None and not all(self.cas.has_xorb(t.xorb_hash) for t in info.terms):
-            # added here against a server's data (dedup): the rest of its bytes are there
-            source = self._with_remotes(self.search_order(remote, ref=ref, commit=commit))
-        elif info is None:
-            search = Search([("this repository's store", "does not have it")], [])
-            order = self.search_order(remote, ref=ref, commit=commit)
-            found = source_with(self.cas, self.remotes, order, fhash, search)
-            if found is None:
-                raise search.error(ptr.xet_hash, path or self._paths_by_hash.get(ptr.xet_hash))
-            source = found
-        reader = FileReader(source, fhash)
-        if reader.size != ptr.size:
-            from gitxet.errors import IntegrityError
-
-            raise IntegrityError(
-                "file", ptr.xet_hash, f"is {reader.size} bytes, pointer says {ptr.size}"
-            )
-        reader.copy_to(dst)
-
-    def _with_remotes(self, order: Sequence[str]) -> ChunkSource:
-        """This store, then the CAS servers of ``order``, as one source."""
-        layers: list[ChunkSource] = [self.cas]
-        for name in order:
-            if self.remotes.is_server(name):
-                with contextlib.suppress(GitxetError):
-                    src = chunk_source_of(self.remotes.open(name))
-                    if src is not None:
-                        layers.append(src)
-        return LayeredSource(layers)
+    def push_data(
+        self, remote: str, pointers: Iterable[Pointer], progress: Progress | None = None
+    ) -> TransferSummary:
+        """Upload the data behind ``pointers`` to ``remote``'s CAS (:meth:`Content.push`)."""
+        return self.content.push(remote, pointers, progress)
 
     # ---- pointers in history -------------------------------------------------------------
 
@@ -416,25 +360,7 @@ class XetRepo:
             return []
         return [p for p in paths if not process.index_matches(self.cwd, [p])]
 
-    # ---- push / fetch / checkout ---------------------------------------------------------
-
-    def push_data(
-        self, remote: str, pointers: Iterable[Pointer], progress: Progress | None = None
-    ) -> TransferSummary:
-        """Upload the data behind ``pointers`` to ``remote``'s CAS."""
-        hashes = [from_hex(p.xet_hash) for p in pointers if p.size]
-        self.recover_staged()
-        try:
-            return push_files(self.cas, self.remote(remote), hashes, progress=progress)
-        except FileNotFoundInCASError as exc:
-            path = self._paths_by_hash.get(exc.file_hex)
-            if path is None:
-                raise
-            raise NotFoundError(
-                f"{path}: its data is not in this repository's store (xet hash "
-                f"{exc.file_hex[:16]}...): it was committed as a pointer without being "
-                "added here; add the file's content again, or fetch it first"
-            ) from None
+    # ---- checkout ------------------------------------------------------------------------
 
     def materialize(
         self,

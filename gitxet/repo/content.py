@@ -1,0 +1,142 @@
+"""The data behind pointers: fetched from whichever remote has it, reconstructed into a
+stream, uploaded to a remote. The local store first; the remotes in the order
+:mod:`gitxet.dataset` decides."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
+from typing import BinaryIO
+
+from gitxet.data.reconstruct import ChunkSource, FileReader
+from gitxet.data.sources import LayeredSource
+from gitxet.data.staging import recover as recover_staged
+from gitxet.data.transfer import TransferSummary, push_files
+from gitxet.dataset import Remotes, Search, chunk_source_of, fetch_from_any, source_with
+from gitxet.errors import FileNotFoundInCASError, GitxetError, IntegrityError, NotFoundError
+from gitxet.formats.pointer import Pointer
+from gitxet.hashing import from_hex
+from gitxet.store.cas import LocalCAS
+
+__all__ = ["Content", "Progress"]
+
+#: Called with a byte count as data moves.
+Progress = Callable[[int], None]
+
+
+class Content:
+    """The data of a repository's pointer files: its local store ``cas`` and ``remotes``.
+
+    ``names`` maps Xet hashes to a path the file was seen at, so that errors name a file,
+    not a hash (callers listing pointers add to it).
+    """
+
+    def __init__(self, cas: LocalCAS, remotes: Remotes) -> None:
+        self.cas = cas
+        self.remotes = remotes
+        self.names: dict[str, str] = {}
+
+    def ensure_local(
+        self,
+        pointers: Iterable[Pointer],
+        remote: str | None = None,
+        progress: Progress | None = None,
+        *,
+        commit: str | None = None,
+        warm: bool = False,
+    ) -> TransferSummary | None:
+        """Fetch whatever the local store lacks to reconstruct ``pointers``, from whichever
+        remote has it (``remote`` first, then the others; ``commit``: where they are from).
+
+        From a CAS server nothing is copied into the store: the files' descriptions are
+        fetched (a file no remote has fails now, by name) and their data streams from the
+        server when the files are written (:meth:`write`); with ``warm`` the data is
+        fetched into the shared node cache now (``git xet fetch``).
+
+        Raises:
+            DataUnavailableError: some file's data is on no remote (naming those tried).
+        """
+        hashes = [from_hex(p.xet_hash) for p in pointers if p.size]
+        missing = [h for h in hashes if self.cas.file_info(h) is None]
+        if not missing:
+            return None
+        order = self.remotes.search_order(remote, commit=commit)
+        return fetch_from_any(
+            self.cas, self.remotes, order, missing, progress, self.names, warm=warm
+        )
+
+    def write(
+        self,
+        ptr: Pointer,
+        dst: BinaryIO,
+        remote: str | None = None,
+        *,
+        ref: str | None = None,
+        commit: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        """Reconstruct a pointer's content into ``dst``, fetching it first if needed from
+        whichever remote has it (``remote``, then the remote of ``ref``/``commit``, then
+        the others). Every chunk is verified on the way.
+
+        Raises:
+            DataUnavailableError: no remote has the data (naming those tried).
+            IntegrityError: the data found is not the size the pointer says.
+        """
+        if ptr.size == 0:
+            return
+        fhash = from_hex(ptr.xet_hash)
+        source: ChunkSource = self.cas
+        info = self.cas.file_info(fhash)
+        if info is not None and not all(self.cas.has_xorb(t.xorb_hash) for t in info.terms):
+            # added here against a server's data (dedup): the rest of its bytes are there
+            source = self.with_servers(self.remotes.search_order(remote, ref=ref, commit=commit))
+        elif info is None:
+            search = Search([("this repository's store", "does not have it")], [])
+            order = self.remotes.search_order(remote, ref=ref, commit=commit)
+            found = source_with(self.cas, self.remotes, order, fhash, search)
+            if found is None:
+                raise search.error(ptr.xet_hash, path or self.names.get(ptr.xet_hash))
+            source = found
+        reader = FileReader(source, fhash)
+        if reader.size != ptr.size:
+            raise IntegrityError(
+                "file", ptr.xet_hash, f"is {reader.size} bytes, pointer says {ptr.size}"
+            )
+        reader.copy_to(dst)
+
+    def with_servers(self, order: Sequence[str]) -> ChunkSource:
+        """The local store, then the CAS servers of the remotes ``order`` names (those that
+        cannot be opened are left out), as one source."""
+        layers: list[ChunkSource] = [self.cas]
+        for name in order:
+            if self.remotes.is_server(name):
+                with contextlib.suppress(GitxetError):
+                    src = chunk_source_of(self.remotes.open(name))
+                    if src is not None:
+                        layers.append(src)
+        return LayeredSource(layers)
+
+    def push(
+        self, remote: str, pointers: Iterable[Pointer], progress: Progress | None = None
+    ) -> TransferSummary:
+        """Upload the data behind ``pointers`` to ``remote``'s CAS (what dead filter
+        sessions journaled is stored first).
+
+        Raises:
+            NotFoundError: a file's data is not in the local store (named by path when
+                known).
+        """
+        hashes = [from_hex(p.xet_hash) for p in pointers if p.size]
+        recover_staged(self.cas)
+        try:
+            return push_files(self.cas, self.remotes.open(remote), hashes, progress=progress)
+        except FileNotFoundInCASError as exc:
+            path = self.names.get(exc.file_hex)
+            if path is None:
+                raise
+            raise NotFoundError(
+                f"{path}: its data is not in this repository's store (xet hash "
+                f"{exc.file_hex[:16]}...): it was committed as a pointer without being "
+                "added here; add the file's content again, or fetch it first"
+            ) from None
