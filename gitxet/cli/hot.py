@@ -8,6 +8,7 @@ roughly halves the time to the first byte. ``gitxet.cli.entry`` dispatches here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -75,7 +76,7 @@ def open_repo(path: str = ".", **kw: Any) -> Any:
 
 def filter_process() -> None:
     """git's long-running filter process (configured by install)."""
-    from gitxet.git.filter_protocol import serve
+    from gitxet.git.filter_protocol import serve, wide_pipes
 
     repo = open_repo()
     ensure_hooks(repo)
@@ -89,8 +90,14 @@ def filter_process() -> None:
 
     # one ingest session for the whole conversation: small files share xorbs, and the
     # store is written per batch (each staged file journaled first), not per file
-    with repo.staging():
-        serve(repo, sys.stdin.buffer, sys.stdout.buffer, on_error=on_error)
+    sys.stdout.flush()
+    inp, out = wide_pipes(sys.stdin.fileno(), sys.stdout.fileno())
+    try:
+        with repo.staging():
+            serve(repo, inp, out, on_error=on_error)
+    finally:
+        with contextlib.suppress(OSError):
+            out.flush()
 
 
 def clean(path: str = "") -> None:

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import BinaryIO
 
 import pytest
@@ -754,3 +755,27 @@ def test_handler_swallowing_a_broken_pipe_still_ends_the_server() -> None:
     with pytest.raises(PktLineError):
         serve(Swallower(), io.BytesIO(script.getvalue()), out)
     assert b"pretend" not in out.getvalue()
+
+
+def test_wide_pipes_widen_git_pipes_and_leave_other_files_alone(tmp_path: Path) -> None:
+    import fcntl
+
+    from gitxet.git.filter_protocol import PIPE_BYTES, wide_pipes
+
+    r, w = os.pipe()
+    try:
+        inp, out = wide_pipes(r, w)
+        assert fcntl.fcntl(r, fcntl.F_GETPIPE_SZ) == PIPE_BYTES
+        write_packet(out, b"x" * 1000)
+        write_flush(out)
+        out.flush()
+        assert read_until_flush(inp) == [b"x" * 1000]
+    finally:
+        os.close(r)
+        os.close(w)
+    with open(tmp_path / "f", "w+b") as f:  # not a pipe: plain buffered streams
+        inp, out = wide_pipes(f.fileno(), f.fileno())
+        out.write(b"abc")
+        out.flush()
+        os.lseek(f.fileno(), 0, os.SEEK_SET)
+        assert inp.read() == b"abc"
