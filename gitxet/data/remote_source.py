@@ -65,6 +65,7 @@ from gitxet.remote.client import CASClient, TokenSource
 from gitxet.settings import DEFAULT_PREFETCH_BYTES, strip_credentials
 from gitxet.store.nodecache import NodeCache, cache_total
 from gitxet.util.atomic import atomic_write
+from gitxet.util.flights import Flights
 from gitxet.util.lru import LRUCache
 from gitxet.util.retry import RetryPolicy
 
@@ -181,6 +182,7 @@ class RemoteChunkSource:
         # per xorb, bounded: each is asked for again when it is needed after an eviction
         self._urls: LRUCache[bytes, tuple[float, list[p.FetchInfo]]] = LRUCache(_MAX_XORB_ENTRIES)
         self._locations: LRUCache[bytes, tuple[float, p.XorbLocation]] = LRUCache(_MAX_XORB_ENTRIES)
+        self._location_flights = Flights()
         # the server has no xorb locations (not a gitxet server) / it has; None: find out
         self._no_locations = has_locations is False
         self._locations_ok = has_locations is True
@@ -626,13 +628,32 @@ class RemoteChunkSource:
         return Segment(offs[fcs], chunks)
 
     def _location(self, xorb_hash: bytes, refresh: bool) -> p.XorbLocation | None:
-        """The xorb's chunk byte offsets and URL (gitxet servers), or None."""
-        with self._lock:
-            cached = self._locations.get(xorb_hash)
-            if cached is not None and not refresh and time.monotonic() - cached[0] < URL_TTL:
-                return cached[1]
-            if self._no_locations:
-                return None
+        """The xorb's chunk byte offsets and URL (gitxet servers), or None. Threads asking
+        for one xorb at once (a read-ahead window's fetches) share one request."""
+        asked = time.monotonic()
+
+        def cached() -> tuple[bool, p.XorbLocation | None]:
+            with self._lock:
+                hit = self._locations.get(xorb_hash)
+                if (
+                    hit is not None
+                    and asked - hit[0] < URL_TTL
+                    and (not refresh or hit[0] >= asked)
+                ):
+                    return True, hit[1]  # a refresh takes a location asked after its own
+                return self._no_locations, None
+
+        done, loc = cached()
+        if done:
+            return loc
+
+        def ask() -> p.XorbLocation | None:
+            done, loc = cached()  # a flight that just ended may have brought it
+            return loc if done else self._ask_location(xorb_hash)
+
+        return self._location_flights.run((xorb_hash, refresh), ask)
+
+    def _ask_location(self, xorb_hash: bytes) -> p.XorbLocation | None:
         try:
             loc = self._call(lambda c: c.xorb_location(xorb_hash))
         except XorbNotFoundError:

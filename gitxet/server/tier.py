@@ -339,7 +339,7 @@ class TierService:
             raise StaleUrlError(to_hex(xorb_hash))
         return k.plain[-1]
 
-    def read(self, xorb_hash: bytes, start: int, end: int) -> Iterator[bytes]:
+    def read(self, xorb_hash: bytes, start: int, end: int) -> Iterator[bytes | memoryview]:
         """Bytes ``[start, end]`` (inclusive, clamped) of a xorb in the plain framing, in
         pieces of about one aligned range each; every piece is fetched from the origin
         (once, verified, cached) when the cache lacks it. Raise before the first piece for a
@@ -374,7 +374,7 @@ class TierService:
         spans: list[tuple[int, int]],
         start: int,
         end: int,
-    ) -> Iterator[bytes]:
+    ) -> Iterator[bytes | memoryview]:
         for a, b in spans:
             lo, hi = offs[a], offs[b]
             hit = self.cache.covers(xorb_hash, lo, hi)
@@ -387,7 +387,8 @@ class TierService:
             framed = b"".join(frame_plain(chunks))
             cut_lo = max(start, plain[a]) - plain[a]
             cut_hi = min(end + 1, plain[b]) - plain[a]
-            piece = framed[cut_lo:cut_hi] if (cut_lo, cut_hi) != (0, len(framed)) else framed
+            whole = (cut_lo, cut_hi) == (0, len(framed))
+            piece = framed if whole else memoryview(framed)[cut_lo:cut_hi]  # no copy
             self.stats.add(served_bytes=len(piece), **({"hits": 1} if hit else {"misses": 1}))
             yield piece
 

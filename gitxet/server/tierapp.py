@@ -248,7 +248,7 @@ async def xorb_data(request: Request) -> Response:
     if first is not None and len(first) == length:
         return Response(first, status_code=status, headers=headers, media_type=p.OCTET)
 
-    async def rest() -> AsyncIterator[bytes]:
+    async def rest() -> AsyncIterator[bytes | memoryview]:
         if first is not None:
             yield first
         try:

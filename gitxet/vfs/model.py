@@ -30,10 +30,9 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
-from concurrent.futures import Future
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any, TypeVar
+from typing import IO, TypeVar
 
 from gitxet.data.reconstruct import ChunkCache, ChunkSource, FileReader
 from gitxet.errors import (
@@ -57,6 +56,7 @@ from gitxet.git.objects import (
 )
 from gitxet.git.paths import PATH_MAX
 from gitxet.hashing import from_hex
+from gitxet.util.flights import Flights
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
 from gitxet.vfs.nodes import Attrs, FSStats, NodeKind
 
@@ -97,35 +97,6 @@ def _kind_of(mode: int) -> NodeKind | None:
 
 
 # ---- caches --------------------------------------------------------------------------------
-
-
-class _Flights:
-    """Collapses concurrent computations of the same key into one (the others wait)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running: dict[Hashable, Future[Any]] = {}
-
-    def run(self, key: Hashable, fn: Callable[[], T]) -> T:
-        with self._lock:
-            fut = self._running.get(key)
-            owner = fut is None
-            if fut is None:
-                fut = self._running[key] = Future()
-        if not owner:
-            result: T = fut.result()
-            return result
-        try:
-            value = fn()
-        except BaseException as exc:
-            fut.set_exception(exc)
-            raise
-        else:
-            fut.set_result(value)
-            return value
-        finally:
-            with self._lock:
-                del self._running[key]
 
 
 class _Prefetcher:
@@ -365,7 +336,7 @@ class CommitFS:
         self.inline_reads = bool(getattr(source, "is_local", False))
         self._cache = cache if cache is not None else ChunkCache()
         self._lock = threading.Lock()  # guards the dicts below; never held during I/O
-        self._flights = _Flights()
+        self._flights = Flights()
         self._blobs = _BlobCache(blob_cache_bytes)
         self._readers: LRUCache[str, FileReader] = LRUCache(readers)  # by Xet hash (hex)
         self._infos: LRUCache[bytes, _BlobInfo] = LRUCache(_MAX_INFOS)
