@@ -1,6 +1,9 @@
 """Use cases of a gitxet repository: where git, the local store, the remotes and the data
 engine meet. One module a job, each usable (and tested) on its own:
 
+- :mod:`~gitxet.repo.materialize`: pointer text in the work tree replaced by content and
+  back, atomically per file, with git's index told the new stat (the index restat); the
+  records that let the filter skip re-chunking an untouched materialized file.
 - :mod:`~gitxet.repo.content`: the data behind pointers: fetched from whichever remote has
   it, reconstructed into a stream, uploaded.
 - :mod:`~gitxet.repo.pointers`: pointer blobs in trees, the index and history.

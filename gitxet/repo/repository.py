@@ -9,16 +9,14 @@ The local store lives in ``<git dir>/xet``. Data the store lacks comes from the 
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import io
 import json
 import os
-import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, cast
+from typing import TYPE_CHECKING, BinaryIO
 
 from gitxet.data.audit import DataLocation, count_unpushed, locate
 from gitxet.data.clean import Ingestor, IngestResult
@@ -35,19 +33,15 @@ from gitxet.errors import (
     GitError,
     GitObjectNotFoundError,
     GitxetError,
-    MaterializeError,
-    UnsafePathError,
 )
 from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
 from gitxet.git import process
 from gitxet.git.checkattr import AttrQuery
 from gitxet.git.filter_protocol import NO_META, SmudgeMeta
-from gitxet.git.index import Restat, blob_id, restat_entries
-from gitxet.git.paths import unsafe_path
-from gitxet.git.worktree import WorkTree
 from gitxet.git.xetconfig import THRESHOLD_KEY, Setting, is_never_pointer, read_setting
 from gitxet.hashing import from_hex, to_hex
 from gitxet.repo.content import Content, Progress
+from gitxet.repo.materialize import MaterializedRecords, Materializer
 from gitxet.repo.pointers import (
     PointerFile,
     history_pointers,
@@ -60,29 +54,12 @@ from gitxet.settings import (
     parse_size,
 )
 from gitxet.store.cas import LocalCAS
-from gitxet.util.atomic import atomic_writer, remove_stale_temps
 from gitxet.util.streams import Chained, read_up_to
 
 if TYPE_CHECKING:
-    from _typeshed import ReadableBuffer
+    pass
 
 DEFAULT_THRESHOLD = 256 * 1024
-
-
-class _Counting(io.RawIOBase):
-    """Writes through to ``out`` and reports each write's size to ``advance``."""
-
-    def __init__(self, out: BinaryIO, advance: Callable[[int], None]) -> None:
-        self._out = out
-        self._advance = advance
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: ReadableBuffer) -> int:  # type: ignore[override]
-        n = self._out.write(data)
-        self._advance(n)
-        return n
 
 
 class XetRepo:
@@ -117,7 +94,10 @@ class XetRepo:
         self._staged: StagedIngest | None = None
         self._recovered = False  # dead sessions' journals stored by this process
         self._dedup: RemoteDedup | bool | None = None  # False: no CAS server to dedup with
-        self._materialized: tuple[tuple[int, int, int], dict[str, list[object]]] | None = None
+        self.records = MaterializedRecords(self.cas)
+        self.materializer = Materializer(
+            self.git_dir, self.worktree, self.cwd, self.content, self.records
+        )
 
     @property
     def threshold(self) -> int:
@@ -193,7 +173,7 @@ class XetRepo:
         or a pointer to the ingested data."""
         if is_never_pointer(path):  # git reads these itself, in every clone
             return b"".join(iter(lambda: src.read(1 << 20), b"")), None
-        known = self._materialized_pointer(path)
+        known = self.records.pointer_for(self.worktree, path)
         if known is not None:
             # a file we wrote from this pointer and nobody touched since: its content is
             # the pointer's, so skip re-chunking it (git re-cleans it after a checkout)
@@ -369,249 +349,12 @@ class XetRepo:
         progress: Progress | None = None,
         workers: int | None = None,
     ) -> int:
-        """Replace pointer text in the work tree by content, atomically per file.
-
-        Files are written in parallel straight from the local store (no pipe through git),
-        then their index entries get the new stat data, so git sees them unchanged without
-        reading them back through the filter. Every file that can be written is; if some
-        cannot, :class:`MaterializeError` names them afterwards (they stay pointers).
-        """
-        if self.worktree is None:
-            raise GitError("a bare repository has no work tree to check out into")
-        todo = [f for f in files if not f.materialized]
-        # a run killed between writing a file and recording its stat leaves git thinking it
-        # modified (the index still has the pointer's size): let git check those again
-        self._refresh(self._stat_dirty([f.path for f in files if f.materialized]))
-        if not todo:
-            return 0
-        head = self._head()  # the remotes holding HEAD are asked first
-        with contextlib.suppress(GitxetError):
-            # one batch fetch; a file whose data cannot be had fails below, by name
-            self.ensure_local([f.pointer for f in todo], remote, commit=head)
-        lock = threading.Lock()
-
-        def advance(n: int) -> None:
-            if progress is not None:
-                with lock:
-                    progress(n)
-
-        tmp_dir = self._worktree_tmp_dir()
-        modes, failed = self._named_by_index(todo)
-        wt = WorkTree(self.worktree)
-
-        def write_one(f: PointerFile) -> tuple[str, os.stat_result]:
-            mode = _keep_mode(wt, f.path, modes[f.path])
-            with wt.replace(f.path, mode=mode, tmp_dir=tmp_dir) as (out, st):
-                self.write_content(
-                    f.pointer,
-                    cast(BinaryIO, _Counting(out, advance)),
-                    remote,
-                    commit=head,
-                    path=f.path,
-                )
-            return f.path, st[0]
-
-        # file creation is syscall-bound (the GIL is released): more writers than cores pay off
-        n_workers = workers or min(8, len(todo))
-        done: dict[str, os.stat_result] = {}
-        by_path = {f.path: f for f in todo}
-        # in store order: the writers then read each xorb front to back, and it is read
-        # ahead of them (8 threads reading parts of one file defeat the kernel's read-ahead)
-        ordered, ahead = self._store_order([f for f in todo if f.path in modes])
-
-        def collect(
-            finished: Iterable[concurrent.futures.Future[tuple[str, os.stat_result]]],
-        ) -> None:
-            for fut in finished:
-                try:
-                    path, st = fut.result()
-                except (GitxetError, OSError) as exc:
-                    failed.append((futures.pop(fut), exc))
-                else:
-                    futures.pop(fut)
-                    done[path] = st
-
-        futures: dict[concurrent.futures.Future[tuple[str, os.stat_result]], str] = {}
-        with wt, concurrent.futures.ThreadPoolExecutor(n_workers, "gitxet-materialize") as pool:
-            for f in ahead.pace(ordered):  # a bounded window in flight: read-ahead keeps pace
-                while len(futures) >= 4 * n_workers:
-                    finished, _ = concurrent.futures.wait(
-                        futures, return_when=concurrent.futures.FIRST_COMPLETED
-                    )
-                    collect(finished)
-                futures[pool.submit(write_one, f)] = f.path
-            collect(list(concurrent.futures.as_completed(list(futures))))
-        written = {
-            path: [st.st_size, st.st_mtime_ns, st.st_ino, by_path[path].pointer.encode().decode()]
-            for path, st in done.items()
-        }
-        self._remember_materialized(written)
-        self._restat({path: (by_path[path].pointer, st) for path, st in done.items()})
-        if failed:
-            raise MaterializeError(sorted(failed, key=lambda item: item[0]))
-        return len(done)
-
-    def _store_order(self, files: list[PointerFile]) -> tuple[list[PointerFile], _ReadAhead]:
-        """``files`` sorted by where their data is in the local store (xorb, first chunk),
-        and a pacer that reads each xorb's needed chunks ahead as the writers reach it."""
-        keyed: list[tuple[bytes, int, PointerFile]] = []
-        spans: dict[bytes, list[int]] = {}
-        for f in files:
-            info = self.cas.file_info(from_hex(f.pointer.xet_hash)) if f.pointer.size else None
-            if info is None or not info.terms:
-                keyed.append((b"", 0, f))
-                continue
-            for t in info.terms:
-                span = spans.setdefault(t.xorb_hash, [t.chunk_start, t.chunk_end])
-                span[0], span[1] = min(span[0], t.chunk_start), max(span[1], t.chunk_end)
-            first = info.terms[0]
-            keyed.append((first.xorb_hash, first.chunk_start, f))
-        keyed.sort(key=lambda k: (k[0], k[1]))
-        return [f for _, _, f in keyed], _ReadAhead(self.cas, [k[0] for k in keyed], spans)
-
-    def _named_by_index(
-        self, files: Sequence[PointerFile]
-    ) -> tuple[dict[str, int], list[tuple[str, BaseException]]]:
-        """Which of ``files`` may be written: those git's index names, as that very pointer
-        blob, at a path the path rule accepts (path -> git mode); the others, refused."""
-        index = process.index_files(self.cwd)
-        fmt = process.object_format(self.cwd)
-        modes: dict[str, int] = {}
-        refused: list[tuple[str, BaseException]] = []
-        for f in files:
-            entry = index.get(f.path)
-            reason = unsafe_path(os.fsencode(f.path))
-            if reason is None and (
-                entry is None or entry[1] != blob_id(f.pointer.encode(), fmt).hex()
-            ):
-                reason = "git's index does not name this pointer file there"
-            if reason is not None or entry is None:
-                refused.append((f.path, UnsafePathError(f.path, reason or "")))
-            else:
-                modes[f.path] = entry[0]
-        return modes, refused
-
-    def _head(self) -> str | None:
-        try:
-            return process.rev_parse(self.cwd, "HEAD")
-        except GitError:
-            return None
-
-    def _worktree_tmp_dir(self) -> str | None:
-        """Where files bound for the work tree are written before their rename: inside the
-        git dir, so a killed checkout leaves no stray file in the work tree. Leftovers of
-        killed runs are removed here. None when the git dir is on another filesystem."""
-        tmp = self.git_dir / "xet" / "tmp"
-        try:
-            tmp.mkdir(parents=True, exist_ok=True)
-            if tmp.stat().st_dev != self.worktree.stat().st_dev:  # type: ignore[union-attr]
-                return None
-        except OSError:
-            return None
-        remove_stale_temps(tmp, older_than=600)  # a live writer keeps its temp file fresh
-        return str(tmp)
-
-    def _restat(self, files: dict[str, tuple[Pointer, os.stat_result]]) -> None:
-        """Tell git's index the new stat of files whose cleaned content is their pointer."""
-        if not files:
-            return
-        fmt = process.object_format(self.cwd)
-        want = {
-            os.fsencode(path): Restat(blob_id(ptr.encode(), fmt), st)
-            for path, (ptr, st) in files.items()
-        }
-        patched = restat_entries(self.git_dir, want)
-        # whatever could not be patched in place (a busy or unusual index), git re-checks
-        self._refresh([os.fsdecode(p) for p in want if p not in patched])
-
-    # Files written by materialize(), by path: [size, mtime_ns, inode, pointer text]. A
-    # clean of such a file with the same stat returns the pointer without re-chunking.
-    def _materialized_path(self) -> Path:
-        return self.git_dir / "xet" / "materialized.json"
-
-    def _remember_materialized(self, written: dict[str, list[object]]) -> None:
-        if not written:
-            return
-        with self.cas.lock("materialized"):
-            records = self._load_materialized()
-            records.update(written)
-            with atomic_writer(str(self._materialized_path()), durable=False) as f:
-                f.write(json.dumps(records).encode())
-
-    def _load_materialized(self) -> dict[str, list[object]]:
-        try:
-            with open(self._materialized_path(), encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def _materialized_records(self) -> dict[str, list[object]]:
-        """The records, parsed again only when the file changed (the filter process asks
-        for every file it cleans)."""
-        try:
-            st = os.stat(self._materialized_path())
-        except OSError:
-            return {}
-        key = (st.st_mtime_ns, st.st_size, st.st_ino)
-        cached = self._materialized
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        records = self._load_materialized()
-        self._materialized = (key, records)
-        return records
-
-    def _materialized_pointer(self, path: str) -> bytes | None:
-        if not path or self.worktree is None:
-            return None
-        rec = self._materialized_records().get(path)
-        if not isinstance(rec, list) or len(rec) != 4:
-            return None
-        try:
-            with WorkTree(self.worktree) as wt:
-                st = wt.lstat(path)
-        except (OSError, UnsafePathError):
-            return None
-        if st is None or [st.st_size, st.st_mtime_ns, st.st_ino] != rec[:3]:
-            return None
-        ptr = try_pointer(str(rec[3]).encode())
-        return ptr.encode() if ptr is not None and ptr.size == st.st_size else None
+        """Replace pointer text in the work tree by content (:meth:`Materializer.materialize`)."""
+        return self.materializer.materialize(files, remote, progress, workers)
 
     def dematerialize(self, files: Sequence[PointerFile]) -> int:
-        """Put pointer text back in the work tree (the data stays in the local store)."""
-        if self.worktree is None:
-            raise GitError("a bare repository has no work tree")
-        todo = [f for f in files if f.materialized]
-        modes, failed = self._named_by_index(todo)
-        tmp_dir = self._worktree_tmp_dir()
-        done: list[str] = []
-        with WorkTree(self.worktree) as wt:
-            for f in todo:
-                if f.path not in modes:
-                    continue
-                mode = _keep_mode(wt, f.path, modes[f.path])
-                try:
-                    with wt.replace(f.path, mode=mode, tmp_dir=tmp_dir) as (out, _st):
-                        out.write(f.pointer.encode())
-                except (GitxetError, OSError) as exc:
-                    failed.append((f.path, exc))
-                else:
-                    done.append(f.path)
-        self._refresh(done)
-        if failed:
-            raise MaterializeError(sorted(failed, key=lambda item: item[0]))
-        return len(done)
-
-    def _stat_dirty(self, paths: Sequence[str]) -> list[str]:
-        """Those of ``paths`` whose index stat no longer matches the work tree (no reads)."""
-        if not paths:
-            return []
-        dirty = process.stat_changed(self.cwd)
-        return [p for p in paths if p in dirty]
-
-    def _refresh(self, paths: Sequence[str]) -> None:
-        # stat info changed but the cleaned content did not: let git re-check it
-        process.refresh_index(self.cwd, paths)
+        """Put pointer text back in the work tree (:meth:`Materializer.dematerialize`)."""
+        return self.materializer.dematerialize(files)
 
     # ---- where the data of history is (fsck, status, the repairing push) ---------------------
 
@@ -700,36 +443,3 @@ class XetRepo:
         keep["unpushed"] = {from_hex(p.xet_hash) for p in unpushed}
         keep["commits"] = trees(commits)
         return keep
-
-
-def _keep_mode(wt: WorkTree, path: str, git_mode: int) -> int:
-    """Permission bits for a rewritten file: the existing regular file's, else git's."""
-    with contextlib.suppress(OSError, UnsafePathError):
-        st = wt.lstat(path)
-        if st is not None and stat.S_ISREG(st.st_mode):
-            return st.st_mode & 0o777
-    return 0o755 if git_mode & 0o100 else 0o644
-
-
-class _ReadAhead:
-    """Hands out files in order and asks the store to read ahead the xorbs the next ones
-    need (``LocalCAS.readahead``), at most two xorbs (~128 MiB) ahead of the writers."""
-
-    def __init__(self, cas: LocalCAS, xorbs: list[bytes], spans: dict[bytes, list[int]]) -> None:
-        self._cas = cas
-        self._xorbs = xorbs
-        self._spans = spans
-        self._advised: set[bytes] = set()
-
-    def pace(self, files: list[PointerFile]) -> Iterator[PointerFile]:
-        order = list(dict.fromkeys(x for x in self._xorbs if x))
-        where = {x: i for i, x in enumerate(order)}
-        for i, f in enumerate(files):
-            x = self._xorbs[i]
-            if x:
-                for y in order[where[x] : where[x] + 2]:  # this xorb and the next one
-                    if y not in self._advised:
-                        self._advised.add(y)
-                        lo, hi = self._spans[y]
-                        self._cas.readahead(y, lo, hi)
-            yield f
