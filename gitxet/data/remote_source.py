@@ -36,6 +36,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -258,27 +259,42 @@ class RemoteChunkSource:
 
     # ---- descriptions ------------------------------------------------------------------
 
-    def _shard_path(self, file_hash: bytes) -> str:
-        return os.path.join(self.shard_dir, to_hex(file_hash))
+    def _shard_path(self, file_hash: bytes, with_xorbs: bool = True) -> str:
+        return os.path.join(self.shard_dir, to_hex(file_hash) + ("" if with_xorbs else ".terms"))
 
-    def file_shard(self, file_hash: bytes) -> shardfmt.Shard | None:
-        """The server's shard of a file: its block and the chunk lists of its xorbs (kept
-        on disk under the cache; checked against the xorb hashes when registered)."""
+    def _cached_shard(self, file_hash: bytes, with_xorbs: bool) -> shardfmt.Shard | None:
         try:
-            with open(self._shard_path(file_hash), "rb") as f:
-                data: bytes | None = f.read()
+            with open(self._shard_path(file_hash, with_xorbs), "rb") as f:
+                data = f.read()
         except OSError:
-            data = None
-        if data is not None:
-            with contextlib.suppress(FormatError):
-                return shardfmt.parse_shard(data)
+            return None
+        with contextlib.suppress(FormatError):
+            return shardfmt.parse_shard(data)
+        return None
+
+    def file_shard(self, file_hash: bytes, *, with_xorbs: bool = True) -> shardfmt.Shard | None:
+        """The server's shard of a file: its block and (``with_xorbs``) the chunk lists of
+        its xorbs (kept on disk under the cache; checked against the xorb hashes when
+        registered). Reads need only the block: each xorb's chunk list comes once, with its
+        location, however many files it holds; dedup needs the chunk lists."""
+        shard = self._cached_shard(file_hash, True)
+        if shard is None and not with_xorbs:
+            shard = self._cached_shard(file_hash, False)
+        if shard is not None:
+            return shard
         if self.offline:
             raise CacheMissError(f"file {to_hex(file_hash)} is not in the cache (offline)")
+        # (a server without locations must send the chunk lists: reads have no other source)
+        full = with_xorbs or self._no_locations
         try:
-            shard = self._call(lambda c: c.get_file_shard(file_hash))
+            shard = self._call(lambda c: c.get_file_shard(file_hash, with_xorbs=full))
         except FileNotFoundInCASError:
             return None
-        atomic_write(self._shard_path(file_hash), shardfmt.serialize_shard(shard), durable=False)
+        atomic_write(
+            self._shard_path(file_hash, full or bool(shard.xorbs)),
+            shardfmt.serialize_shard(shard),
+            durable=False,
+        )
         return shard
 
     def query_chunk(self, chunk_hash_: bytes) -> shardfmt.Shard | None:
@@ -292,7 +308,7 @@ class RemoteChunkSource:
             info = self._files.get(file_hash)
         if info is not None:
             return info
-        shard = self.file_shard(file_hash)
+        shard = self.file_shard(file_hash, with_xorbs=False)
         return None if shard is None else self._register(file_hash, shard)
 
     def _register(self, file_hash: bytes, shard: shardfmt.Shard) -> shardfmt.FileInfo | None:
@@ -301,16 +317,10 @@ class RemoteChunkSource:
             return None
         layouts: dict[bytes, RemoteLayout] = {}
         for x in shard.xorbs:
-            hashes = tuple(c.hash for c in x.chunks)
-            sizes = [c.size for c in x.chunks]
-            if merkle_root(list(zip(hashes, sizes, strict=True))) != x.xorb_hash:
-                raise IntegrityError(
-                    "xorb", to_hex(x.xorb_hash), "chunk list from the server does not hash to it"
-                )
-            offs = [0]
-            for s in sizes:
-                offs.append(offs[-1] + s)
-            layouts[x.xorb_hash] = RemoteLayout(hashes, tuple(offs), _units(offs, self.unit))
+            with self._lock:
+                if x.xorb_hash in self._layouts:
+                    continue  # verified when it was registered; a later shard repeats it
+            layouts[x.xorb_hash] = self._verified_layout(x)
         with self._lock:
             self._files[file_hash] = info
             self._layouts.update(layouts)
@@ -318,14 +328,40 @@ class RemoteChunkSource:
                 self._xorb_file.setdefault(t.xorb_hash, file_hash)
         return info
 
+    def _verified_layout(self, x: shardfmt.XorbInfo) -> RemoteLayout:
+        """The layout of a CAS block, checked against its xorb hash."""
+        hashes = tuple(c.hash for c in x.chunks)
+        sizes = [c.size for c in x.chunks]
+        if merkle_root(list(zip(hashes, sizes, strict=True))) != x.xorb_hash:
+            raise IntegrityError(
+                "xorb", to_hex(x.xorb_hash), "chunk list from the server does not hash to it"
+            )
+        offs = [0]
+        for s in sizes:
+            offs.append(offs[-1] + s)
+        return RemoteLayout(hashes, tuple(offs), _units(offs, self.unit))
+
+    def _layout_path(self, xorb_hash: bytes) -> str:
+        return os.path.join(self.shard_dir, to_hex(xorb_hash) + ".xorb")
+
     def layout(self, xorb_hash: bytes) -> RemoteLayout:
         """The chunk layout of a xorb of a file this source described, or (from a gitxet
         server) of any xorb it stores: a file added here may point into xorbs of the server
-        it was deduplicated against."""
+        it was deduplicated against. A layout taken from a location is kept on disk (a
+        one-block shard) so that cached data reads again offline and after a restart."""
         with self._lock:
             lay = self._layouts.get(xorb_hash)
         if lay is not None:
             return lay
+        # (a kept layout that does not hash to its xorb is asked for again)
+        with contextlib.suppress(OSError, FormatError, IntegrityError):
+            with open(self._layout_path(xorb_hash), "rb") as f:
+                kept = shardfmt.parse_shard(f.read())
+            block = next((x for x in kept.xorbs if x.xorb_hash == xorb_hash), None)
+            if block is not None:
+                lay = self._verified_layout(block)
+                with self._lock:
+                    return self._layouts.setdefault(xorb_hash, lay)
         if self.offline or self._no_locations:
             raise XorbNotFoundError(to_hex(xorb_hash))
         loc = self._location(xorb_hash, refresh=False)  # checked against the xorb hash
@@ -333,6 +369,13 @@ class RemoteChunkSource:
             raise XorbNotFoundError(to_hex(xorb_hash))
         offs = loc.data_offsets
         lay = RemoteLayout(loc.chunk_hashes, offs, _units(offs, self.unit))
+        sizes = [b - a for a, b in itertools.pairwise(offs)]
+        block = shardfmt.XorbInfo.from_chunks(xorb_hash, loc.chunk_hashes, sizes)
+        atomic_write(
+            self._layout_path(xorb_hash),
+            shardfmt.serialize_shard(shardfmt.Shard([], [block])),
+            durable=False,
+        )
         with self._lock:
             return self._layouts.setdefault(xorb_hash, lay)
 

@@ -484,8 +484,9 @@ class CASClient:
         self._retrying(attempt)
         return buf
 
-    def get_file_shard(self, file_hash_: bytes) -> Shard:
-        """The file's block plus the CAS blocks of its xorbs (gitxet extension route).
+    def get_file_shard(self, file_hash_: bytes, *, with_xorbs: bool = True) -> Shard:
+        """The file's block plus (``with_xorbs``) the CAS blocks of its xorbs (gitxet
+        extension route; a server that predates ``with_xorbs=False`` sends them anyway).
 
         Raises:
             FileNotFoundInCASError: unknown file (or a server without the extension).
@@ -493,7 +494,11 @@ class CASClient:
         """
         fx = to_hex(file_hash_)
         r = self._request(
-            "GET", self._url(p.FILE_SHARD.format(file_id=fx)), what=f"shard of {fx}", ok=(200, 404)
+            "GET",
+            self._url(p.FILE_SHARD.format(file_id=fx))
+            + ("" if with_xorbs else f"?{p.FILE_SHARD_TERMS_ONLY}"),
+            what=f"shard of {fx}",
+            ok=(200, 404),
         )
         if r.status_code == 404:
             raise FileNotFoundInCASError(fx)

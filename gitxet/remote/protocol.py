@@ -50,8 +50,12 @@ RECONSTRUCTION_V2 = "/v2/reconstructions/{file_id}"
 SHARDS_V1 = "/v1/shards"
 SHARDS_V2 = "/v2/shards"
 #: gitxet extension: a stored shard with the file's block and the CAS blocks of every xorb
-#: its terms touch, so a client can verify ranged reads chunk by chunk.
+#: its terms touch, so a client can verify ranged reads chunk by chunk. With
+#: ``?xorbs=0`` the file's block alone: a reader takes each xorb's chunk list once, from its
+#: location, instead of once per file (a xorb packing 1,000 small files would otherwise
+#: send its chunk list 1,000 times).
 FILE_SHARD = "/v1/file-shards/{file_id}"
+FILE_SHARD_TERMS_ONLY = "xorbs=0"
 #: gitxet extension: where a whole xorb can be fetched, with its chunk layout.
 XORB_LOCATION = "/v1/xorb-locations/{xorb}"
 #: gitxet extension: which of a list of files the CAS cannot serve (one POST for many).

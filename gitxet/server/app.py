@@ -387,7 +387,9 @@ async def dedup_chunk(request: Request) -> Response:
 async def file_shard(request: Request) -> Response:
     _authorize(request, "read")
     fhash = _hash_param(request, "file_id")
-    data = await run_in_threadpool(_st(request).service.file_shard, fhash)
+    with_xorbs = request.url.query != p.FILE_SHARD_TERMS_ONLY
+    service = _st(request).service
+    data = await run_in_threadpool(lambda: service.file_shard(fhash, with_xorbs=with_xorbs))
     return Response(data, media_type=p.OCTET)
 
 

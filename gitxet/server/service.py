@@ -307,15 +307,16 @@ class CasService:
             [info], secrets.token_bytes(32), created, created + DEDUP_SHARD_TTL
         )
 
-    def file_shard(self, file_hash_: bytes) -> bytes:
-        """A stored-form shard with the file's block and the CAS blocks of its xorbs.
+    def file_shard(self, file_hash_: bytes, *, with_xorbs: bool = True) -> bytes:
+        """A stored-form shard with the file's block and (``with_xorbs``) the CAS blocks of
+        its xorbs.
 
         Raises:
             FileNotFoundInCASError: unknown file.
         """
         info = self.file_info(file_hash_)
         xorbs: dict[bytes, shardfmt.XorbInfo] = {}
-        for t in info.terms:
+        for t in info.terms if with_xorbs else ():
             if t.xorb_hash not in xorbs:
                 lay = self.layout(t.xorb_hash)
                 offs = lay.data_offsets

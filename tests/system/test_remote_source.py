@@ -12,7 +12,11 @@ import pytest
 
 from gitxet.data.reconstruct import FileReader
 from gitxet.data.remote_source import RemoteChunkSource
+from gitxet.formats.shard import FileTerm, Shard, XorbInfo, make_file_info, upload_shard_for
+from gitxet.formats.xorb import serialize_xorb
+from gitxet.hashing import file_hash
 from gitxet.remote.client import CASClient
+from gitxet.remote.protocol import XorbLocation
 from gitxet.server.auth import TokenStore
 from gitxet.server.run import BackgroundServer, ServerConfig
 from gitxet.store.nodecache import NodeCache
@@ -84,3 +88,62 @@ def test_concurrent_readers_share_each_fetch(
         assert src.fetched_bytes == len(up.data)  # every range fetched once
         src.close()
         cache.close()
+
+
+def test_small_files_sharing_a_xorb_take_its_chunk_list_once(tmp_path: Path) -> None:
+    """A xorb packing many small files: each file's description is its block alone (the
+    xorb's chunk list comes once, with its location), and the layout kept on disk lets a
+    new, offline source read the cached data back."""
+    rng = random.Random(7)
+    files = [rng.randbytes(rng.randrange(2_000, 6_000)) for _ in range(120)]
+    sx = serialize_xorb(files)  # each file is one chunk of one shared xorb
+    infos, hashes = [], []
+    for i, data in enumerate(files):
+        fh = file_hash([(sx.chunk_hashes[i], len(data))])
+        term = FileTerm(sx.hash, i, i + 1, len(data))
+        infos.append(make_file_info(fh, [term], [[sx.chunk_hashes[i]]], None))
+        hashes.append(fh)
+    shard = upload_shard_for(
+        infos, [XorbInfo.from_chunks(sx.hash, sx.chunk_hashes, sx.chunk_sizes)]
+    )
+    root = tmp_path / "srv"
+    write, _ = TokenStore(str(root)).create("write")
+    with (
+        BackgroundServer(ServerConfig(root=str(root), port=0)) as srv,
+        CASClient(srv.url, write) as client,
+    ):
+        client.upload_xorb(sx.hash, sx.body)
+        client.upload_shard(shard)
+        cache = NodeCache(str(tmp_path / "ranges"), 1 << 30)
+        src = RemoteChunkSource(client, cache, str(tmp_path / "shards"))
+        blocks: list[int] = []
+        locations: list[bytes] = []
+        get_shard, get_location = client.get_file_shard, client.xorb_location
+
+        def counting_shard(fh: bytes, *, with_xorbs: bool = True) -> Shard:
+            got = get_shard(fh, with_xorbs=with_xorbs)
+            blocks.append(len(got.xorbs))
+            return got
+
+        def counting_location(xh: bytes) -> XorbLocation:
+            locations.append(xh)
+            return get_location(xh)
+
+        client.get_file_shard = counting_shard  # type: ignore[method-assign]
+        client.xorb_location = counting_location  # type: ignore[method-assign]
+        for fh, data in zip(hashes, files, strict=True):
+            out = io.BytesIO()
+            FileReader(src, fh).copy_to(out)
+            assert out.getvalue() == data
+        assert blocks == [0] * len(files)  # no file brought the xorb's chunk list
+        assert locations == [sx.hash]  # the one place it came from
+        assert src.warm(hashes) == sum(map(len, files))  # into the node cache
+        src.close()
+    # the server is gone: a new source reads the cached data from the node cache alone
+    offline = RemoteChunkSource(client, cache, str(tmp_path / "shards"), offline=True)
+    for fh, data in zip(hashes, files, strict=True):
+        out = io.BytesIO()
+        FileReader(offline, fh).copy_to(out)
+        assert out.getvalue() == data
+    offline.close()
+    cache.close()
