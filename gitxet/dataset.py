@@ -118,6 +118,15 @@ class Remotes:
         self._opened: dict[str, CASRemote] = {}
         self._orders: dict[tuple[str | None, str | None, str | None], list[str]] = {}
 
+    def close(self) -> None:
+        """Close the connections of the remotes opened so far (at the end of their use)."""
+        with self._lock:
+            opened, self._opened = list(self._opened.values()), {}
+        for remote in opened:
+            close = getattr(remote, "close", None)
+            if close is not None:
+                close()
+
     def names(self) -> list[str]:
         """Configured remotes, in git's order."""
         if self._names is None:
@@ -525,6 +534,16 @@ class Dataset:
     store: ChunkSource | None = None
     remotes: Remotes | None = None
     server: ChunkSource | None = None
+    server_remote: CASRemote | None = None  # the CAS ``server`` reads (closed by close())
+
+    def close(self) -> None:
+        """At the end of its use: close the connections to its server or remotes (commits
+        opened from it cannot fetch afterwards)."""
+        close = getattr(self.server_remote, "close", None)
+        if close is not None:
+            close()
+        if self.remotes is not None:
+            self.remotes.close()
 
     def chunk_source(self, commit: str | None = None) -> ChunkSource:
         """One source over every place the data may be (read-only, thread-safe); the
@@ -693,10 +712,11 @@ def open_dataset(location: str, access: HttpAccess | None = None) -> Dataset:
         if access is None or access.remote_factory is None:
             raise NotFoundError(f"{shown}: http(s) repositories need server access settings")
         git_dir = mirror_git_metadata(location, access)
-        source = chunk_source_of(access.remote_factory(location))
+        remote = access.remote_factory(location)
+        source = chunk_source_of(remote)
         if source is None:
             raise NotFoundError(f"{shown}: the remote offers no readable CAS")
-        return Dataset(git_dir, shown, server=source)
+        return Dataset(git_dir, shown, server=source, server_remote=remote)
     root = cas_root(location)
     if root is None:
         raise NotFoundError(f"{shown}: only local paths, file:// and http(s) URLs can be opened")

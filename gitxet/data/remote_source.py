@@ -759,6 +759,15 @@ class HttpCASRemote:
         self.max_window = max_window
         self._source: RemoteChunkSource | None = None
 
+    def close(self) -> None:
+        """At the end of its use: stop its chunk source's fetches and close its clients'
+        connections (they cannot send afterwards)."""
+        if self._source is not None:
+            self._source.close()
+        for client in (self.reads, self.client):
+            if client is not None:
+                client.close()
+
     def has_xorb(self, xorb_hash: bytes) -> bool:
         return self.client.has_xorb(xorb_hash)
 

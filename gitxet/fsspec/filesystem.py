@@ -12,6 +12,7 @@ a process-wide :class:`CommitPool` per set of options, shared by those instances
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import errno
 import stat
@@ -36,6 +37,17 @@ _RANGE_WORKERS = 4
 
 _pools: dict[tuple[int, int, Settings], CommitPool] = {}
 _pools_lock = threading.Lock()
+
+
+@atexit.register
+def _shutdown_pools() -> None:
+    """The pools live as long as the process (instances share them): their connections are
+    closed when it ends, not left to the garbage collector."""
+    with _pools_lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for pool in pools:
+        pool.shutdown()
 
 
 def _shared_pool(

@@ -285,3 +285,14 @@ class CommitPool:
         with self._lock:
             self._cache = ChunkCache(self.cache_bytes)
         self._commits.clear()
+
+    def shutdown(self) -> None:
+        """At the end of the process (or of the pool's use): :meth:`close`, then close every
+        repository's server connections; nothing read through the pool works afterwards."""
+        if os.getpid() != self._pid:
+            return  # a forked child: the parent's connections are the parent's to close
+        self.close()
+        with self._lock:
+            datasets, self._datasets = list(self._datasets.values()), {}
+        for ds, _ in datasets:
+            ds.close()
