@@ -8,9 +8,10 @@ is run at bench time from its own location (``--make-dataset``; default
 
 For each tool the script makes a work repository and a bare remote on disk, then for each
 version copies the files that changed into the work tree (not timed: an editor or a job
-rewrote them) and times ``git add -A``, ``git commit`` and ``git push``. After the last
-version it measures the remote's size and times a fresh clone (materialized), then checks
-that the clone holds the last version byte for byte. The two tools alternate version by
+rewrote them; then ``sync``, so no tool pays for writing the copy back) and times
+``git add -A``, ``git commit`` and ``git push``. After the last version it measures the
+remote's size and times a fresh clone (materialized), then checks that the clone holds the
+last version byte for byte. The two tools alternate version by
 version, so load from other users of the machine hits both alike.
 
 * gitxet: ``git xet init`` (files >= 256 KiB become pointers; the small JSON files stay git
@@ -210,6 +211,10 @@ def profile_version(run: ToolRun, env: dict[str, str], profile: Path, v: int) ->
 
 def do_version(run: ToolRun, vdir: Path, v: int, env: dict[str, str]) -> Step:
     changed = sync_version(vdir, run.work)
+    # the copy is not timed, and neither is writing it back to disk: without this, whichever
+    # tool syncs its own files (gitxet fsyncs what it stores) waits for the copy's ~400 MB
+    # of dirty pages too (ext4 commits them first), while one that does not (git-lfs) never does
+    os.sync()
     add = sh(["git", "add", "-A"], run.work, env)
     commit = sh(["git", "commit", "-q", "-m", f"v{v}"], run.work, env)
     push = sh(["git", "push", "-q", "origin", "main"], run.work, env)

@@ -169,18 +169,39 @@ def pre_push(remote: str, url: str = "") -> None:
     exclude = [r.remote_oid for r in refs if not r.is_new and _has_object(repo.cwd, r.remote_oid)]
     known_remote = remote if remote in process.list_remotes(repo.cwd) else None
     pointers = repo.pointers_to_push(revs, exclude, known_remote)
-    if not pointers:
-        return
-    total = sum(p.size for p in pointers)
-    from gitxet.cli._progress import byte_progress  # rich only on a terminal
+    if pointers:
+        total = sum(p.size for p in pointers)
+        from gitxet.cli._progress import byte_progress  # rich only on a terminal
 
-    with byte_progress("uploading", None) as bar:
-        summary = repo.push_data(url or remote, pointers, progress=bar)
-    print(
-        f"git-xet: {summary.files} files ({total:,} bytes): sent {summary.xorbs_sent} xorbs, "
-        f"{summary.xorbs_skipped} already on the remote",
-        file=sys.stderr,
-    )
+        with byte_progress("uploading", None) as bar:
+            summary = repo.push_data(url or remote, pointers, progress=bar)
+        print(
+            f"git-xet: {summary.files} files ({total:,} bytes): sent {summary.xorbs_sent} "
+            f"xorbs, {summary.xorbs_skipped} already on the remote",
+            file=sys.stderr,
+        )
+    leave_receipts(repo.remote_url(url or remote), revs)
+
+
+def leave_receipts(remote_url: str, commits: list[str]) -> None:
+    """Tell a path remote's pre-receive hook (gitxet's) that the data of ``commits`` is in
+    its store now, so it starts no checker for them (``hooks.RECEIPTS``). Best effort: a
+    receipt that cannot be written only means the hook checks."""
+    from gitxet.dataset import cas_root
+    from gitxet.git.hooks import RECEIPTS
+
+    root = cas_root(remote_url)
+    if root is None:
+        return
+    git_dir = os.path.dirname(root)
+    if not os.path.isfile(os.path.join(git_dir, "HEAD")):
+        return
+    directory = os.path.join(git_dir, RECEIPTS)
+    with contextlib.suppress(OSError):
+        os.makedirs(directory, exist_ok=True)
+        for oid in commits:
+            with open(os.path.join(directory, oid), "wb"):
+                pass
 
 
 def _receive_remote(git_dir: str) -> Any:

@@ -37,6 +37,7 @@ __all__ = [
     "CHAINED_SUFFIX",
     "HOOK_MARKER",
     "HOOK_NAMES",
+    "RECEIPTS",
     "RECEIVE_CAS_ENV",
     "RECEIVE_HOOK",
     "RECEIVE_TOKEN_ENV",
@@ -63,6 +64,11 @@ RECEIVE_HOOK = "pre-receive"
 RECEIVE_CAS_ENV = "GITXET_RECEIVE_CAS"
 RECEIVE_TOKEN_ENV = "GITXET_RECEIVE_TOKEN"
 CHAINED_SUFFIX = ".gitxet-chained"
+#: Where, relative to a bare repository on a path, gitxet's pre-push leaves a receipt (an
+#: empty file named by the commit id) for each commit whose data it has just stored in that
+#: repository's embedded store; gitxet's pre-receive hook takes a push whose every new tip
+#: has one without starting a checker (anyone who can write there can write refs too).
+RECEIPTS = "xet/receipts"
 DEFAULT_PROGRAM = "git-xet"
 # Enough to find the marker in any hook we wrote; user hooks may be bigger, we don't care.
 _SNIFF_BYTES = 64 * 1024
@@ -121,6 +127,7 @@ def render_hook(name: str, program: str | Sequence[str] = DEFAULT_PROGRAM) -> st
     text = _template(name)
     text = text.replace("@GITXET_PROBE@", shlex.quote(tokens[0]))
     text = text.replace("@GITXET_NAME@", re.sub(r"[^\w./+-]", "?", tokens[0]))
+    text = text.replace("@RECEIPTS@", RECEIPTS)
     return text.replace("@GITXET@", shlex.join(tokens))
 
 

@@ -14,6 +14,7 @@ from gitxet.git.hooks import (
     CHAINED_SUFFIX,
     HOOK_MARKER,
     HOOK_NAMES,
+    RECEIPTS,
     PushRef,
     ensure_hook,
     hooks_dir,
@@ -293,3 +294,31 @@ def test_post_checkout_and_post_merge_hooks_run(pushable: Path, tmp_path: Path) 
     lines = Path(f"{log}.args").read_text().splitlines()
     assert lines[0].startswith("post-checkout ") and lines[0].endswith(" 1")
     assert "post-merge 0" in lines
+
+
+def test_receive_hook_takes_commits_with_receipts_without_the_checker(tmp_path: Path) -> None:
+    program, log = fake_program(tmp_path, exit_code=1)  # the checker refuses everything
+    git_dir = tmp_path / "bare.git"
+    (git_dir / "hooks").mkdir(parents=True)
+    hook = git_dir / "hooks" / "pre-receive"
+    hook.write_text(render_hook("pre-receive", [str(program)]))
+    hook.chmod(0o755)
+    receipts = git_dir / RECEIPTS
+    a, b, z = "a" * 40, "b" * 40, "0" * 40
+
+    def push(lines: str) -> int:
+        env = {**os.environ, "GIT_DIR": "."}
+        r = subprocess.run([str(hook)], cwd=git_dir, input=lines, text=True, env=env, timeout=30)
+        return r.returncode
+
+    assert push(f"{z} {a} refs/heads/main\n") == 1  # no receipts at all: checked
+    receipts.mkdir(parents=True)
+    (receipts / a).touch()
+    # every new tip has one (a deletion needs none): taken, the receipts used up
+    assert push(f"{z} {a} refs/heads/main\n{b} {z} refs/heads/old\n") == 0
+    assert list(receipts.iterdir()) == []
+    assert (log.parent / "calls.stdin").read_text() == f"{z} {a} refs/heads/main\n"
+    (receipts / a).touch()
+    assert push(f"{z} {a} refs/heads/main\n{z} {b} refs/heads/side\n") == 1  # b has none
+    assert (receipts / a).exists()  # kept: nothing was taken
+    assert (log.parent / "calls.stdin").read_text().endswith(f"{z} {b} refs/heads/side\n")
