@@ -780,6 +780,14 @@ class HttpCASRemote:
     def shards_for_file(self, file_hash: bytes) -> list[bytes]:
         return self.client.shards_for_file(file_hash)
 
+    def missing_files(self, file_hashes: Sequence[bytes]) -> set[bytes]:
+        """The files the server cannot serve: one presence request per 10,000 files (fsck,
+        push checks) instead of a shard download per file."""
+        return self.client.missing_files(file_hashes)
+
+    def has_file(self, file_hash: bytes) -> bool:
+        return self.client.has_file(file_hash)
+
     def download_xorb(self, xorb_hash: bytes) -> bytes:
         return self.client.download_xorb(xorb_hash)
 

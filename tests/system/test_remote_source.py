@@ -7,11 +7,13 @@ import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gitxet.data.audit import missing_files, on_remote
 from gitxet.data.reconstruct import FileReader
-from gitxet.data.remote_source import RemoteChunkSource
+from gitxet.data.remote_source import HttpCASRemote, RemoteChunkSource
 from gitxet.formats.shard import FileTerm, Shard, XorbInfo, make_file_info, upload_shard_for
 from gitxet.formats.xorb import serialize_xorb
 from gitxet.hashing import file_hash
@@ -147,3 +149,26 @@ def test_small_files_sharing_a_xorb_take_its_chunk_list_once(tmp_path: Path) -> 
         assert out.getvalue() == data
     offline.close()
     cache.close()
+
+
+def test_presence_of_many_files_is_one_request(
+    served: tuple[str, str, Upload], tmp_path: Path
+) -> None:
+    """fsck and the push checks ask a server which files it lacks in one batch, never with
+    a shard download per file."""
+    url, token, up = served
+    unknown = [bytes([i]) * 32 for i in range(1, 200)]
+    with CASClient(url, token) as client:
+        remote = HttpCASRemote(client, NodeCache(str(tmp_path / "r"), 1 << 20), str(tmp_path))
+        sent: list[str] = []
+        request = client._request
+
+        def counting(method: str, url: str, **kw: Any) -> Any:
+            sent.append(f"{method} {url.split('/v1/')[1][:13]}")
+            return request(method, url, **kw)
+
+        client._request = counting  # type: ignore[method-assign]
+        assert missing_files(remote, [up.file_hash, *unknown]) == set(unknown)
+        assert on_remote(remote, up.file_hash) and not on_remote(remote, unknown[0])
+        assert sent == ["POST file-presence"] * 3
+        remote.cache.close()
