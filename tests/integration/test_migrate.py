@@ -323,3 +323,36 @@ def test_export_undoes_an_import(tmp_path: Path) -> None:
     again = commits_by_message(work, "main")
     assert {m: git("rev-parse", f"{c}^{{tree}}", cwd=work) for m, c in again.items()} == originals
     assert git("status", "--porcelain", cwd=work).strip() == ""
+
+
+def test_threshold_zero_never_makes_a_pointer_of_a_file_git_reads(tmp_path: Path) -> None:
+    """Issue 13: whatever the threshold, every commit gitxet writes keeps the files git reads
+    (at any depth) plain blobs, and a plain clone of the result shows a clean status."""
+    work = tmp_path / "work"
+    git("init", "-q", str(work), cwd=tmp_path)
+    read_by_git = {
+        ".gitattributes": b"*.txt text\n",
+        ".gitignore": b"*.tmp\n",
+        ".mailmap": b"A <a@example.com>\n",
+        ".lfsconfig": b"[lfs]\n\turl = https://example.com\n",
+        "sub/.gitattributes": b"*.csv text\n",
+        "sub/.gitignore": b"build/\n",
+    }
+    data = {"tiny.txt": b"tiny\n", "sub/t.csv": b"a,b\n1,2\n"}
+    commit_all(work, {**read_by_git, **data}, "v1")
+    commit_all(work, {"tiny.txt": b"tiny, edited\n", ".gitignore": b"*.tmp\n*.log\n"}, "v2")
+    run("git-xet", "migrate", "--threshold", "0", cwd=work)
+    for message in ("v1", "v2"):
+        stored = tree_files(work, commits_by_message(work, "main")[message])
+        for name in (*read_by_git, ".xetconfig"):
+            assert not stored[name].startswith(b"version "), (message, name)
+        assert stored["sub/.gitattributes"] == read_by_git["sub/.gitattributes"]
+        for name in data:
+            assert Pointer.decode(stored[name]).size > 0, (message, name)
+    assert (work / "tiny.txt").read_bytes() == b"tiny, edited\n"
+    assert git("status", "--porcelain", cwd=work).strip() == ""
+    run("git-xet", "install", cwd=tmp_path)
+    clone = tmp_path / "clone"
+    git("clone", "-q", str(work), str(clone), cwd=tmp_path)
+    assert (clone / "sub" / "t.csv").read_bytes() == data["sub/t.csv"]
+    assert git("status", "--porcelain", cwd=clone).strip() == ""
