@@ -136,6 +136,29 @@ def is_size(text: str) -> bool:
     return True
 
 
+# ---- durations -----------------------------------------------------------------------------
+
+_DURATION_RE = re.compile(r"(?P<n>[0-9]+(?:\.[0-9]+)?)[ \t]*(?P<unit>ms|s|m|h)?", re.ASCII)
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+MIN_DURATION = 0.1  # seconds: shorter polls only burn CPU
+MAX_DURATION = 7 * 86400.0
+
+
+def parse_duration(text: str) -> float:
+    """``"1s"``, ``"500ms"``, ``"2m"``, ``"1h"``, ``"30"`` (seconds) -> seconds.
+
+    Raises:
+        ConfigError: not a duration in that grammar, or outside 100 ms .. 7 days.
+    """
+    m = _DURATION_RE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if m is None or len(m.group("n")) > 12:
+        raise ConfigError(f"not a duration: {text!r} (use e.g. 1s, 500ms, 2m or 30)")
+    value = float(m.group("n")) * _DURATION_UNITS[m.group("unit") or "s"]
+    if not MIN_DURATION <= value <= MAX_DURATION:
+        raise ConfigError(f"duration {text!r} is out of range (100ms to 7 days)")
+    return value
+
+
 # ---- booleans ------------------------------------------------------------------------------
 
 _TRUE = frozenset({"1", "true", "yes", "on"})

@@ -56,7 +56,8 @@ SCHEMAS: dict[str, tuple[str, dict[str, Any], bool]] = {
     ),
     "mounts": (
         "`git xet mounts --json`: one line per mount (a dead mount without a record has only "
-        "mountpoint, state, commit and fix)",
+        "mountpoint, state, commit and fix); `commit` is the commit served now, `watch` the "
+        "branch a watched mount follows",
         _obj(
             {
                 "mountpoint": _STR,
@@ -72,6 +73,7 @@ SCHEMAS: dict[str, tuple[str, dict[str, Any], bool]] = {
                 "cache_bytes": _NULL_INT,
                 "log": _STR,
                 "metrics": _NULL_STR,
+                "watch": _NULL_STR,
                 "fix": _STR,
                 "stats": {
                     "oneOf": [
@@ -103,6 +105,7 @@ SCHEMAS: dict[str, tuple[str, dict[str, Any], bool]] = {
                 "cache_bytes",
                 "log",
                 "metrics",
+                "watch",
                 "stats",
             ),
         ),

@@ -17,11 +17,16 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import typer
 
 from gitxet.errors import MountError, NotFoundError
 from gitxet.settings import strip_credentials
+
+if TYPE_CHECKING:
+    from gitxet.dataset import Dataset
+    from gitxet.mount.follow import Follower
 
 #: dir, size, offline, prefetch, cache tier, token file
 Cache = tuple[str | None, str | None, bool, str | None, str | None, str | None]
@@ -39,6 +44,7 @@ class Daemon:
     cache: Cache
     read_around: bool
     metrics: str | None
+    watch: tuple[str, float] | None = None  # (branch, seconds between polls)
 
     def serving_argv(self, metrics_file: str) -> list[str]:
         """``git-xet mount --foreground ...`` for one serving process."""
@@ -65,7 +71,11 @@ class Daemon:
             argv.append("--no-read-around")
         if self.metrics:
             argv += ["--metrics", self.metrics]
-        return [*argv, "--", self.repo, self.sha, self.mnt]
+        rev = self.sha
+        if self.watch is not None:
+            rev = self.watch[0]  # each serving process follows the branch itself
+            argv.append(f"--watch={self.watch[1]:g}s")
+        return [*argv, "--", self.repo, rev, self.mnt]
 
     def start(self, timeout: float, log_path: str, token: str | None, *, supervise: bool):  # type: ignore[no-untyped-def]
         """Start the daemon (supervised unless told otherwise) and wait until it serves."""
@@ -105,9 +115,12 @@ def serve_fuse(
     metrics: str | None,
     metrics_file: str | None,
     takeover_arg: str | None,
+    *,
+    watch: float | None = None,
 ) -> None:
     """Serve ``repo`` at ``commit`` on ``mnt`` in this process until it is unmounted (or,
-    taken over from a supervisor, until this process is told to stop)."""
+    taken over from a supervisor, until this process is told to stop). With ``watch``,
+    ``commit`` is a branch polled every ``watch`` seconds (``gitxet.mount.follow``)."""
     from gitxet.cli.mountcmds import _open_fs
     from gitxet.mount.fuse import serve
     from gitxet.mount.metrics import MountMetrics
@@ -120,8 +133,14 @@ def serve_fuse(
         )
         logging.getLogger("gitxet.mount").setLevel(logging.INFO)
     takeover = parse_takeover(takeover_arg) if takeover_arg is not None else None
+    follower: Follower | None = None
     try:
-        ds, sha, fs = _open_fs(repo, commit, subdir, *cache)
+        if watch is None:
+            ds, sha, fs = _open_fs(repo, commit, subdir, *cache)
+        else:
+            ds, follower = _following(repo, commit, subdir, cache, watch, metrics_file, takeover)
+            fs = follower.fs
+            sha = fs.commit
     except BaseException:
         if takeover is not None:
             takeover.close()
@@ -147,6 +166,7 @@ def serve_fuse(
             read_around=read_around,
             metrics=counters,
             takeover=takeover,
+            follower=follower,
         )
     finally:
         stop.set()
@@ -156,6 +176,49 @@ def serve_fuse(
             endpoint.shutdown()
             endpoint.server_close()
         fs.close()
+
+
+def _following(  # type: ignore[no-untyped-def]
+    repo: str,
+    branch: str,
+    subdir: str | None,
+    cache: Cache,
+    interval: float,
+    metrics_file: str | None,
+    takeover,
+) -> tuple[Dataset, Follower]:
+    """The dataset and the :class:`Follower` of a watched mount. A serving process that
+    replaces a dead one starts from the commits its predecessor served (the kernel may
+    hold their inodes); the first one from the branch as it is now."""
+    from gitxet.cli._env import http_access
+    from gitxet.dataset import mirror_git_metadata, open_dataset
+    from gitxet.mount.follow import Follower, FollowingFS, read_state, state_file_for
+
+    cache_dir, cache_size, offline, prefetch, cas_url, token_file = cache
+    if offline:
+        raise MountError(repo, "--watch needs the server: it cannot follow a branch --offline")
+    access = http_access(
+        cache_dir, cache_size, prefetch=prefetch, cas_url=cas_url, token_file=token_file
+    )
+    ds = open_dataset(repo, access)
+    remote = repo.startswith(("http://", "https://"))
+
+    def head() -> str:
+        if remote:
+            mirror_git_metadata(repo, access)  # the server's refs, fetched into the mirror
+        return ds.resolve(branch)
+
+    state_path = state_file_for(metrics_file) if metrics_file else None
+    start: str | None = None
+    history: list[str] = []
+    if takeover is not None and takeover.resend and state_path is not None:
+        saved = read_state(state_path)
+        if saved is not None and saved[0] == branch:
+            _, start, history = saved
+    fs = FollowingFS(
+        lambda c: ds.open_commit(c, subdir or ""), start or ds.resolve(branch), history
+    )
+    return ds, Follower(fs, branch, head, interval, state_path=state_path)
 
 
 def upgrade(registry, mountpoint: str, timeout: float) -> None:  # type: ignore[no-untyped-def]

@@ -36,6 +36,11 @@ def main() -> None:
             from gitxet.cli.hot import run
 
             raise SystemExit(run(argv))
+    if argv[:1] == ["mount"] and "--watch" in argv[: argv.index("--") if "--" in argv else None]:
+        # --watch[=INTERVAL]: click options cannot take an optional value
+        from gitxet.cli.mountcmds import DEFAULT_WATCH
+
+        sys.argv[1 + argv.index("--watch")] = f"--watch={DEFAULT_WATCH}"
     from gitxet.cli.app import main as full
 
     full()

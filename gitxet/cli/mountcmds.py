@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -13,6 +14,8 @@ import typer
 
 from gitxet.cli import _json
 from gitxet.settings import strip_credentials, url_token
+
+DEFAULT_WATCH = "10s"  # how often a watched mount polls its branch (--watch without a value)
 
 
 def register(app: typer.Typer) -> None:
@@ -168,6 +171,16 @@ def mount_cmd(
             "that dies, with no error for readers (background FUSE mounts).",
         ),
     ] = True,
+    watch: Annotated[
+        str | None,
+        typer.Option(
+            "--watch",
+            metavar="[=INTERVAL]",
+            help="Follow the branch COMMIT: poll it every INTERVAL (default "
+            f"{DEFAULT_WATCH}; e.g. 1s, 2m) and show its newest commit to new opens; "
+            "files already open keep reading theirs (FUSE only).",
+        ),
+    ] = None,
     metrics_file: Annotated[str | None, typer.Option("--metrics-file", hidden=True)] = None,
     fuse_takeover: Annotated[str | None, typer.Option("--fuse-takeover", hidden=True)] = None,
 ) -> None:
@@ -188,6 +201,7 @@ def mount_cmd(
         return
     if repo is None or commit is None or mountpoint is None:
         raise typer.BadParameter("REPO, COMMIT and MOUNTPOINT are required")
+    interval = _watch_interval(watch, nfs)
     from gitxet.mount.runner import normalize_mountpoint
 
     mnt = normalize_mountpoint(os.path.abspath(mountpoint))
@@ -209,6 +223,7 @@ def mount_cmd(
             metrics,
             metrics_file,
             fuse_takeover,
+            watch=interval,
         )
         return
     dead = _dead_mount(mnt)
@@ -229,7 +244,8 @@ def mount_cmd(
             cas_url=cas_url,
             token_file=token_file,
         )
-        _repair_dead(mnt, dead, repo, open_dataset(repo, access).resolve(commit), nonempty)
+        sha = open_dataset(repo, access).resolve(commit)
+        _repair_dead(mnt, dead, repo, commit if interval is not None else sha, nonempty)
     if not foreground and not nfs:
         # the daemon opens the commit itself: here only check that repo and commit resolve
         from gitxet.cli._env import http_access
@@ -245,16 +261,35 @@ def mount_cmd(
         )
         ds = open_dataset(repo, access)
         sha = ds.resolve(commit)
+        if interval is not None:
+            _check_branch(commit, sha)
         ds.check_subdir(sha, subdir or "")  # a bad --subdir fails here, not in the daemon
         typer.echo(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}", err=True)
         # The token the user put in the URL stays out of the daemon's argv: the daemon gets
         # the clean URL and the token through its environment.
         token = access.token_for(repo) if url_token(repo) else None
         daemon = _mountd.Daemon(
-            _location(repo), sha, mnt, subdir, allow_other, cache, read_around, metrics
+            _location(repo),
+            sha,
+            mnt,
+            subdir,
+            allow_other,
+            cache,
+            read_around,
+            metrics,
+            (commit, interval) if interval is not None else None,
         )
-        proc = daemon.start(timeout, _log_path(mnt), token, supervise=supervise)
-        _record_daemon(proc, repo, sha, cache_dir, subdir, metrics)
+        log_path = _log_path(mnt)
+        if interval is not None:
+            from gitxet.mount.follow import state_file_for
+
+            # the first serving process writes it anew: never show an earlier mount's
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(state_file_for(log_path))
+        proc = daemon.start(timeout, log_path, token, supervise=supervise)
+        _record_daemon(
+            proc, repo, sha, cache_dir, subdir, metrics, commit if interval is not None else ""
+        )
         return
     if nfs:
         ds, sha, fs = _open_fs(repo, commit, subdir, *cache)
@@ -265,8 +300,47 @@ def mount_cmd(
             fs.close()
         return
     _mountd.serve_fuse(
-        repo, commit, mnt, subdir, cache, allow_other, read_around, metrics, metrics_file, None
+        repo,
+        commit,
+        mnt,
+        subdir,
+        cache,
+        allow_other,
+        read_around,
+        metrics,
+        metrics_file,
+        None,
+        watch=interval,
     )
+
+
+def _watch_interval(watch: str | None, nfs: bool) -> float | None:
+    """Seconds between polls of a watched mount, or ``None`` when not watching."""
+    if watch is None:
+        return None
+    if nfs:
+        raise typer.BadParameter(
+            "--watch needs a FUSE mount: an NFS mount serves one commit "
+            "(remount it to change commits)",
+            param_hint="--watch",
+        )
+    from gitxet.errors import ConfigError
+    from gitxet.settings import parse_duration
+
+    try:
+        return parse_duration(watch)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--watch") from None
+
+
+def _check_branch(rev: str, sha: str) -> None:
+    """Refuse ``--watch`` of a commit id: it never moves."""
+    low = rev.lower()
+    if len(low) >= 4 and not low.strip("0123456789abcdef") and sha.startswith(low):
+        raise typer.BadParameter(
+            f"--watch follows a branch, and {rev} is a commit id (it never moves)",
+            param_hint="COMMIT",
+        )
 
 
 def require_mount() -> None:
@@ -307,7 +381,7 @@ def _dead_mount(mnt: str) -> tuple[str, str] | None:
     if health != HEALTH_DEAD:
         return None
     if rec is not None:
-        return rec.repo, rec.commit
+        return rec.repo, rec.watch or rec.commit  # a watched mount: its branch
     return "", entry.source.removeprefix("gitxet:")
 
 
@@ -344,7 +418,13 @@ def _log_path(mnt: str) -> str:
 
 
 def _record_daemon(  # type: ignore[no-untyped-def]
-    proc, repo: str, sha: str, cache_dir: str | None, subdir: str | None, metrics: str | None
+    proc,
+    repo: str,
+    sha: str,
+    cache_dir: str | None,
+    subdir: str | None,
+    metrics: str | None,
+    watch: str = "",
 ) -> None:
     from gitxet.mount.runner import MountRecord
     from gitxet.settings import cache_root
@@ -358,6 +438,7 @@ def _record_daemon(  # type: ignore[no-untyped-def]
             cache_dir=cache_root(cache_dir),
             subdir=(subdir or "").strip("/"),
             metrics=metrics or "",
+            watch=watch,
         )
     )
     typer.echo(
@@ -479,11 +560,14 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
         if remote and rec.cache_dir not in usage:
             usage[rec.cache_dir] = node_cache_bytes(rec.cache_dir)
         cached = usage.get(rec.cache_dir, 0) if remote else None
-        fix = _fix_for(st.state, rec.mountpoint, rec.repo, rec.commit, rec.subdir)
+        fix = _fix_for(st.state, rec.mountpoint, rec.repo, rec.watch or rec.commit, rec.subdir)
+        if rec.watch and fix:
+            fix = fix.replace("git xet mount ", "git xet mount --watch ", 1)
         # a supervised mount: the record names the supervisor, which serves through a child
         child = serving_pid(rec.pid) if rec.kind == "fuse" else None
         pid, supervisor = (child, rec.pid) if child is not None else (rec.pid, None)
         summary = _summary(rec.log_path)
+        commit = _served(rec)
         if as_json:
             _json.emit(
                 "mounts",
@@ -494,13 +578,14 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
                     "supervisor_pid": supervisor,
                     "kind": rec.kind,
                     "repo": rec.repo,
-                    "commit": rec.commit,
+                    "commit": commit,
                     "subdir": rec.subdir,
                     "data": "chunk cache" if remote else "local store",
                     "cache_dir": rec.cache_dir if remote else None,
                     "cache_bytes": cached,
                     "log": rec.log_path,
                     "metrics": rec.metrics or None,
+                    "watch": rec.watch or None,
                     "fix": fix,
                     "stats": asdict(summary) if summary is not None else None,
                 },
@@ -511,7 +596,9 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
                 if cached is not None
                 else "data from the repository's store"
             )
-            where = f"{rec.commit[:12]}" + (f":/{rec.subdir}" if rec.subdir else "")
+            where = f"{commit[:12]}" + (f":/{rec.subdir}" if rec.subdir else "")
+            if rec.watch:
+                where += f" (following {rec.watch})"
             who = f"pid {pid}" + (f" (supervisor {supervisor})" if supervisor else "")
             typer.echo(
                 f"{rec.mountpoint}\t{st.state}\t{rec.kind}\t{where}\t{rec.repo}\t{who}\t{data}"
@@ -536,6 +623,16 @@ def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
         else:
             typer.echo(f"{entry.mountpoint}\t{HEALTH_DEAD}\tfuse\t{entry.source}\t(no record)")
             typer.echo(f"  {fix}")
+
+
+def _served(rec) -> str:  # type: ignore[no-untyped-def]
+    """The commit a mount serves now: a watched mount's daemon records it as it switches."""
+    if not rec.watch or not rec.log_path:
+        return str(rec.commit)
+    from gitxet.mount.follow import read_state, state_file_for
+
+    state = read_state(state_file_for(rec.log_path))
+    return state[1] if state is not None else str(rec.commit)
 
 
 def _summary(log_path: str):  # type: ignore[no-untyped-def]

@@ -122,6 +122,12 @@ class XetFileSystem(AbstractFileSystem):  # type: ignore[misc]
     ) -> None:
         if self._cached:
             return
+        if "watch" in storage_options:
+            # fsspec would keep an unknown option silently: say why it does nothing here
+            raise ValueError(
+                "xet:// paths name one commit and do not follow a branch: resolve the branch "
+                "again to see new commits, or mount it with 'git xet mount --watch'"
+            )
         super().__init__(**storage_options)
         self._pool = _shared_pool(cache_bytes, max_commits, token, cache_dir, cache_size, cas_url)
         self._block_size = block_size

@@ -34,11 +34,13 @@ import pyfuse3
 import trio
 
 from gitxet.errors import MountError
+from gitxet.mount.follow import Follower
 from gitxet.mount.metrics import MountMetrics
 from gitxet.mount.readaround import ChunkedFS, ChunkReadAround
 from gitxet.mount.runner import find_mount, normalize_mountpoint
 from gitxet.mount.supervisor import Takeover
 from gitxet.util.lru import LRUCache
+from gitxet.vfs.model import CommitFS
 from gitxet.vfs.nodes import Attrs, NodeKind, ReadOnlyFS
 
 log = logging.getLogger(__name__)
@@ -273,6 +275,26 @@ class XetFuseOperations(pyfuse3.Operations):
             inos.append(attrs.ino)
         return names, inos
 
+    def root_changed(self, names: Iterable[bytes]) -> None:
+        """The commit behind the root changed (a watched mount, ``gitxet.mount.follow``):
+        forget our listing of the root and make the kernel drop its cached entries for
+        ``names`` (the old and the new root's) and the root's attributes, so the next path
+        walk looks them up again. Entries below the root belong to their commit's inodes and
+        stay valid. Call from a thread that is not serving a request."""
+        self._listings.discard(self._root)
+        dropped = 0
+        for name in names:
+            try:
+                pyfuse3.invalidate_entry(pyfuse3.ROOT_INODE, name)
+                dropped += 1
+            except OSError:
+                pass  # ENOENT: the kernel had not cached it
+        try:
+            pyfuse3.invalidate_inode(pyfuse3.ROOT_INODE, attr_only=False)
+        except OSError as exc:
+            log.debug("invalidating the root: %s", exc)
+        log.debug("root changed: %d cached entries dropped", dropped)
+
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         listing = self._listings.get(fh)
         if listing is None:
@@ -463,6 +485,7 @@ class _Loop:
         self.error: BaseException | None = None
         self.early_signals: list[int] = []  # arrived while trio was not listening
         self._stopping = False
+        self.follower: Follower | None = None  # started once the mount serves
 
     def note_signal(self, signum: int, frame: object) -> None:
         """Signal handler for the moments around the trio loop: remember, do not die."""
@@ -515,6 +538,8 @@ class _Loop:
         # Worker threads, not the trio thread: ready() may well stat the mount, which needs
         # the FUSE loop running here to answer.
         await trio.to_thread.run_sync(tune_readahead, self.mountpoint)
+        if self.follower is not None:
+            self.follower.start()
         if self.ready is None:
             return
         try:
@@ -539,8 +564,12 @@ def serve(
     read_around: bool = True,
     metrics: MountMetrics | None = None,
     takeover: Takeover | None = None,
+    follower: Follower | None = None,
 ) -> None:
     """Mount ``fs`` read-only at ``mountpoint`` and serve it until it is unmounted.
+
+    With ``follower`` (``fs`` is its :class:`~gitxet.mount.follow.FollowingFS`) the branch is
+    polled once the mount serves, and each switch drops the kernel's cached root entries.
 
     With ``takeover`` (a supervisor started this process, ``gitxet.mount.supervisor``) the
     mount already exists: its connection is served, and SIGTERM ends this process without
@@ -566,6 +595,17 @@ def serve(
         raise MountError(mnt, "this process already serves a FUSE mount")
     main_thread = threading.current_thread() is threading.main_thread()
     loop = _Loop(mnt, ready, main_thread, shutdown_grace)
+    if follower is not None:
+        loop.follower = follower
+
+        def switched(prev: CommitFS, cur: CommitFS) -> None:
+            names = {n for n, _ in prev.readdir(prev.root_ino)}
+            names.update(n for n, _ in cur.readdir(cur.root_ino))
+            ops.root_changed(sorted(names))
+            if metrics is not None:
+                metrics.serving(cur.commit)
+
+        follower.on_switch = switched
     # Outside trio's own signal receiver (before the loop starts, and while unmounting after
     # it ends) SIGTERM must not kill us: that would leave a dead mount behind. Python-level
     # handlers only exist in the main thread.
@@ -585,6 +625,8 @@ def serve(
         try:
             trio.run(loop.run)
         finally:
+            if follower is not None:
+                follower.stop()  # no invalidation may reach a closed session
             # The worker must be done with the session before close() frees it.
             if ops.read_around is not None and not ops.read_around.stop():
                 log.warning("read-around worker still busy at unmount")

@@ -83,13 +83,19 @@ class MountMetrics:
             buckets=_FETCH_BUCKETS,
             registry=r,
         )
-        info = Gauge(
+        self._info = Gauge(
             f"{PREFIX}_info", "The mount this daemon serves", ["mountpoint", "commit"], registry=r
         )
-        info.labels(mountpoint=mountpoint, commit=commit).set(1)
+        self.mountpoint = mountpoint
+        self.serving(commit)
         self._source: _Source | None = None
         self._events = 0  # bumped by every count (approximate under threads: only a hint)
         r.register(_SourceCollector(self))
+
+    def serving(self, commit: str) -> None:
+        """The commit served now (a watched mount switches)."""
+        self._info.clear()
+        self._info.labels(mountpoint=self.mountpoint, commit=commit).set(1)
 
     def watch_source(self, source: object) -> None:
         """Report a remote chunk source's cache and fetch counters (others are ignored)."""

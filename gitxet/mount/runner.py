@@ -39,7 +39,7 @@ MOUNTINFO = "/proc/self/mountinfo"
 LOG_TAIL_LINES = 20
 _LOG_TAIL_BYTES = 16 * 1024  # never read more than this of a daemon log for an error message
 _RECORD_MAX_BYTES = 64 * 1024  # a registry record is a few hundred bytes; refuse anything huge
-_RECORD_VERSION = 2  # 2 added subdir and metrics; version 1 records are still read
+_RECORD_VERSION = 3  # 2 added subdir and metrics, 3 watch; versions 1 and 2 are still read
 _KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
 _HELPER_TIMEOUT = 10.0  # a fusermount3 / umount call that takes longer than this is stuck
 _MOUNT_KINDS = ("fuse", "nfs")
@@ -598,6 +598,7 @@ class MountRecord:
     log_path: str = ""
     subdir: str = ""  # the directory of the commit served as the root ("" for the whole tree)
     metrics: str = ""  # host:port of the daemon's Prometheus endpoint ("" when off)
+    watch: str = ""  # the branch a watched mount follows ("" when it serves one commit)
 
     @classmethod
     def for_process(
@@ -610,6 +611,7 @@ class MountRecord:
         cache_dir: str,
         subdir: str = "",
         metrics: str = "",
+        watch: str = "",
     ) -> MountRecord:
         """The record of a daemon returned by :func:`start_background`."""
         return cls(
@@ -624,6 +626,7 @@ class MountRecord:
             log_path=proc.log_path,
             subdir=subdir,
             metrics=metrics,
+            watch=watch,
         )
 
     def to_json(self) -> bytes:
@@ -649,7 +652,10 @@ class MountRecord:
         version = raw.get("version")
         if version != 1:  # version 1: written before subdir and metrics were recorded
             types.update(subdir=(str,), metrics=(str,))
-        body = check_record(raw, what, version=1 if version == 1 else _RECORD_VERSION, types=types)
+        if version not in (1, 2):  # version 2: before watch
+            types.update(watch=(str,))
+        known = version if version in (1, 2) else _RECORD_VERSION
+        body = check_record(raw, what, version=known, types=types)
         if body["kind"] not in _MOUNT_KINDS:
             raise FormatError(what, f"unknown mount kind {body['kind']!r}")
         if body["pid"] <= 0 or body["start_time"] < 0:
@@ -668,6 +674,7 @@ class MountRecord:
             log_path=body["log_path"],
             subdir=body.get("subdir", ""),
             metrics=body.get("metrics", ""),
+            watch=body.get("watch", ""),
         )
 
 

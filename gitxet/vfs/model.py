@@ -383,6 +383,20 @@ class CommitFS:
         """The commit served, in hex."""
         return self._commit_hex
 
+    def knows(self, ino: int, *, search: bool = False) -> bool:
+        """Whether ``ino`` is a node of this commit: handed out already (memory only), or,
+        with ``search``, found by expanding the whole tree once (see :meth:`_node`)."""
+        with self._lock:
+            if ino in self._nodes:
+                return True
+        if not search:
+            return False
+        try:
+            self._node(ino)
+        except FileNotFoundError:
+            return False
+        return True
+
     def getattr(self, ino: int) -> Attrs:
         """Attributes of a known inode (memory only once the node was handed out)."""
         return self._attrs(self._node(ino))

@@ -438,3 +438,8 @@ def test_evicted_commit_stays_open_for_its_files(dataset: dict[str, Any]) -> Non
             assert g.read(10) == dataset["v1"]["table.csv"][:10]
     finally:
         fs.close()
+
+
+def test_watch_is_refused_clearly() -> None:
+    with pytest.raises(ValueError, match="do not follow a branch"):
+        XetFileSystem(watch="1s", skip_instance_cache=True)

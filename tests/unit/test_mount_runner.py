@@ -201,8 +201,12 @@ def test_registry_roundtrip_and_atomic_files(tmp_path: Path) -> None:
     files = os.listdir(tmp_path / "state")
     assert len(files) == 1 and files[0].endswith(".json")  # no temp files left behind
     body = json.loads((tmp_path / "state" / files[0]).read_text())
-    assert body["version"] == 2 and body["kind"] == "fuse"
-    # a version 1 record (before subdir and metrics were recorded) is still read
+    assert body["version"] == 3 and body["kind"] == "fuse" and body["watch"] == ""
+    # a version 2 record (before watch) and a version 1 record (before subdir and metrics
+    # were recorded) are still read
+    del body["watch"]
+    (tmp_path / "state" / files[0]).write_text(json.dumps({**body, "version": 2}))
+    assert reg.get("/proc") == r
     del body["subdir"], body["metrics"]
     (tmp_path / "state" / files[0]).write_text(json.dumps({**body, "version": 1}))
     assert reg.get("/proc") == r
@@ -240,7 +244,7 @@ def _bad_record(tmp_path: Path, reg: MountRegistry, body: object) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"version": 3}, "unsupported version"),
+        ({"version": 4}, "unsupported version"),
         ({"pid": "12"}, "wrong type"),
         ({"pid": True}, "wrong type"),
         ({"kind": "smb"}, "unknown mount kind"),
