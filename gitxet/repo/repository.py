@@ -1,7 +1,9 @@
-"""Use cases of a gitxet repository: the one place where git, store, remotes and the engine meet.
+"""A gitxet repository opened: its git directory and work tree, its local store and remotes,
+and the parts that do the work (:mod:`gitxet.repo`), composed.
 
-:class:`XetRepo` is also the git filter's handler (clean/smudge), so ``git add`` and
-``git checkout`` go through the same code as ``git xet add`` and ``git xet checkout``.
+:class:`XetRepo` is also what git's filter process is handed (clean/smudge go to its
+:class:`~gitxet.repo.filter.FilterHandler`), so ``git add`` and ``git checkout`` go through
+the same code as ``git xet add`` and ``git xet checkout``.
 
 The local store lives in ``<git dir>/xet``. Data the store lacks comes from the git remotes
 (:mod:`gitxet.dataset` resolves them and decides the order they are asked in).
@@ -10,56 +12,40 @@ The local store lives in ``<git dir>/xet``. Data the store lacks comes from the 
 from __future__ import annotations
 
 import contextlib
-import io
-import json
 import os
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
-from gitxet.data.audit import DataLocation, count_unpushed, locate
-from gitxet.data.clean import Ingestor, IngestResult
+from gitxet.data.audit import DataLocation
+from gitxet.data.clean import IngestResult
 from gitxet.data.dedup import RemoteDedup
 from gitxet.data.staging import StagedIngest
-from gitxet.data.staging import recover as recover_staged
-from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary
+from gitxet.data.transfer import CASRemote, TransferSummary
 from gitxet.dataset import (
     Remotes,
-    chunk_source_of,
 )
 from gitxet.errors import (
-    ConfigError,
     GitError,
-    GitObjectNotFoundError,
-    GitxetError,
 )
-from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
+from gitxet.formats.pointer import Pointer
 from gitxet.git import process
-from gitxet.git.checkattr import AttrQuery
 from gitxet.git.filter_protocol import NO_META, SmudgeMeta
-from gitxet.git.xetconfig import THRESHOLD_KEY, Setting, is_never_pointer, read_setting
-from gitxet.hashing import from_hex, to_hex
+from gitxet.git.xetconfig import Setting
 from gitxet.repo.content import Content, Progress
+from gitxet.repo.filter import FilterHandler
+from gitxet.repo.history import History
 from gitxet.repo.materialize import MaterializedRecords, Materializer
 from gitxet.repo.pointers import (
     PointerFile,
     history_pointers,
     paths_in_history,
     pointer_files,
-    try_pointer,
 )
 from gitxet.settings import (
     parse_bool,
-    parse_size,
 )
 from gitxet.store.cas import LocalCAS
-from gitxet.util.streams import Chained, read_up_to
-
-if TYPE_CHECKING:
-    pass
-
-DEFAULT_THRESHOLD = 256 * 1024
 
 
 class XetRepo:
@@ -80,58 +66,36 @@ class XetRepo:
             self.worktree = None  # bare
         self.cwd = str(self.worktree or self.git_dir)
         self.cas = LocalCAS(str(self.git_dir / "xet"))
-        self._threshold: int | None = None
-        self._attrs: AttrQuery | None = None
         if lazy is None:
-            lazy = parse_bool(self._config("xet.lazy") or "", "xet.lazy")
-        self.lazy = lazy
-        self._stats_path = stats_path
-        self._stats_lock = threading.Lock()
+            lazy = parse_bool(process.config_get(self.cwd, "xet.lazy") or "", "xet.lazy")
         self.remotes = Remotes(self.cwd, remote_factory)
-        self._delay_ok: bool | None = None
         self.content = Content(self.cas, self.remotes)
-        self._paths_by_hash = self.content.names
-        self._staged: StagedIngest | None = None
-        self._recovered = False  # dead sessions' journals stored by this process
-        self._dedup: RemoteDedup | bool | None = None  # False: no CAS server to dedup with
         self.records = MaterializedRecords(self.cas)
+        self.filter = FilterHandler(
+            self.cwd, self.worktree, self.content, self.records, lazy=lazy, stats_path=stats_path
+        )
         self.materializer = Materializer(
             self.git_dir, self.worktree, self.cwd, self.content, self.records
         )
+        self.history = History(self.cwd, self.worktree, self.content)
 
     @property
     def threshold(self) -> int:
-        """Files at least this big become pointers (``.xetconfig``, see
-        :mod:`gitxet.git.xetconfig`; read on first use: a checkout never needs it)."""
-        if self._threshold is None:
-            found = self.threshold_setting()
-            try:
-                self._threshold = parse_size(found.value) if found else DEFAULT_THRESHOLD
-            except ConfigError as exc:
-                where = found.source if found else "the default"
-                raise ConfigError(f"xet.threshold in {where}: {exc}") from None
-        return self._threshold
+        """Files at least this big become pointers (:attr:`FilterHandler.threshold`)."""
+        return self.filter.threshold
 
     @threshold.setter
     def threshold(self, value: int) -> None:
-        self._threshold = value
+        self.filter.threshold = value
 
     def threshold_setting(self) -> Setting | None:
         """The configured threshold and where it comes from (None: the default)."""
-        return read_setting(self.cwd, self.worktree, THRESHOLD_KEY)
+        return self.filter.threshold_setting()
 
-    def _always_pointer(self, path: str) -> bool:
-        """Whether git's attributes mark ``path`` ``xet=always`` (``git xet track``)."""
-        if not path or self.worktree is None:
-            return False
-        with self._stats_lock:
-            if self._attrs is None:
-                self._attrs = AttrQuery(self.cwd, ["xet"])
-            attrs = self._attrs
-        return attrs.get(path).get("xet") == "always"
-
-    def _config(self, key: str) -> str | None:
-        return process.config_get(self.cwd, key)
+    @property
+    def lazy(self) -> bool:
+        """Whether checkouts leave pointer text (``xet.lazy``, or as opened)."""
+        return self.filter.lazy
 
     # ---- remotes -------------------------------------------------------------------------
 
@@ -152,127 +116,37 @@ class XetRepo:
         """The remotes asked for data this store lacks, in order (:mod:`gitxet.dataset`)."""
         return self.remotes.search_order(remote, ref=ref, commit=commit)
 
-    # ---- filter handler ------------------------------------------------------------------
-
-    def _record(self, path: str, result: IngestResult) -> None:
-        if self._stats_path is None:
-            return
-        line = json.dumps(
-            {
-                "path": path,
-                "size": result.size,
-                "new": result.new_bytes,
-                "reused": result.reused_bytes,
-            }
-        )
-        with self._stats_lock, open(self._stats_path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+    # ---- filter handler (gitxet.repo.filter) --------------------------------------------
 
     def clean_stream(self, src: BinaryIO, path: str = "") -> tuple[bytes, IngestResult | None]:
-        """What git stores for content ``src``: the content itself (small files, pointers)
-        or a pointer to the ingested data."""
-        if is_never_pointer(path):  # git reads these itself, in every clone
-            return b"".join(iter(lambda: src.read(1 << 20), b"")), None
-        known = self.records.pointer_for(self.worktree, path)
-        if known is not None:
-            # a file we wrote from this pointer and nobody touched since: its content is
-            # the pointer's, so skip re-chunking it (git re-cleans it after a checkout)
-            while src.read(8 << 20):
-                pass
-            return known, None
-        head = read_up_to(src, max(self.threshold, MAX_POINTER_SIZE + 1))
-        if len(head) <= MAX_POINTER_SIZE and try_pointer(head) is not None:
-            return head, None  # an unmaterialized pointer stays a pointer
-        if len(head) < self.threshold and not self._always_pointer(path):
-            return head, None
-        dedup = self.dedup_for(path)
-        staged = self._staged
-        if staged is not None:
-            staged.dedup = dedup
-            result = staged.add(src, head)
-        else:
-            if not self._recovered:
-                # what a dead filter session journaled is stored first, so this file finds
-                # those chunks (git re-cleans racily clean files with the one-shot filter)
-                self.recover_staged()
-            with Ingestor(self.cas, dedup=dedup) as ing:
-                result = ing.add_stream(io.BufferedReader(Chained(head, src), 8 << 20))
-                ing.flush()
-        self._record(path, result)
-        ptr = Pointer(sha256=result.sha256, size=result.size, xet_hash=to_hex(result.file_hash))
-        return ptr.encode(), result
+        """What git stores for content ``src`` (:meth:`FilterHandler.clean_stream`)."""
+        return self.filter.clean_stream(src, path)
 
     def dedup_for(self, path: str = "") -> RemoteDedup | None:
-        """Dedup against the default remote when it is a CAS server (None otherwise), having
-        learned the chunks of the file ``path`` names in ``HEAD`` and in the index: the
-        version an edit starts from (see :mod:`gitxet.data.dedup`)."""
-        if self._dedup is None:
-            self._dedup = False
-            with contextlib.suppress(GitxetError):
-                name = self.remotes.default()
-                if name is not None and self.remotes.is_server(name):
-                    src = chunk_source_of(self.remotes.open(name))
-                    if src is not None and hasattr(src, "query_chunk"):
-                        self._dedup = RemoteDedup(src)  # type: ignore[arg-type]
-        dedup = self._dedup
-        if not isinstance(dedup, RemoteDedup):
-            return None
-        if path:
-            with process.CatFile(self.cwd) as cf:
-                for spec in (f"HEAD:{path}", f":{path}"):
-                    try:
-                        kind, data = cf.read(spec, max_size=MAX_POINTER_SIZE)
-                    except GitError:  # a new path, no HEAD yet, a blob too big to be a pointer
-                        continue
-                    ptr = try_pointer(data) if kind == "blob" else None
-                    if ptr is not None and ptr.size:
-                        dedup.add_file(from_hex(ptr.xet_hash))
-        return dedup
+        """The dedup against the default remote (:meth:`FilterHandler.dedup_for`)."""
+        return self.filter.dedup_for(path)
 
-    @contextlib.contextmanager
-    def staging(self) -> Iterator[StagedIngest]:
-        """Batch the cleans done inside: small files share xorbs and the store is written
-        per batch, each staged file's bytes journaled first (see ``data.staging``). What a
-        dead earlier session left is stored first."""
-        self.recover_staged()
-        with StagedIngest(self.cas) as staged:
-            self._staged = staged
-            try:
-                yield staged
-            finally:
-                self._staged = None
+    def staging(self) -> contextlib.AbstractContextManager[StagedIngest]:
+        """Batch the cleans done inside (:meth:`FilterHandler.staging`)."""
+        return self.filter.staging()
 
     def recover_staged(self) -> int:
         """Store the data journaled by filter sessions that died; returns a file count."""
-        n = recover_staged(self.cas)
-        self._recovered = True
-        return n
+        return self.filter.recover_staged()
 
     def clean(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
-        out, _ = self.clean_stream(src, pathname)
-        dst.write(out)
+        """git's clean (:meth:`FilterHandler.clean`)."""
+        self.filter.clean(pathname, src, dst)
 
     def smudge(
         self, pathname: str, src: BinaryIO, dst: BinaryIO, meta: SmudgeMeta = NO_META
     ) -> None:
-        head = read_up_to(src, MAX_POINTER_SIZE + 1)
-        ptr = try_pointer(head)
-        if ptr is None:  # not ours: pass it through untouched
-            dst.write(head)
-            while chunk := src.read(1 << 20):
-                dst.write(chunk)
-            return
-        if self.lazy:
-            dst.write(head)
-            return
-        self.write_content(ptr, dst, ref=meta.ref, commit=meta.treeish, path=pathname)
+        """git's smudge (:meth:`FilterHandler.smudge`)."""
+        self.filter.smudge(pathname, src, dst, meta)
 
     def can_delay(self, pathname: str) -> bool:
-        # Delayed smudges run in parallel but are spooled; local data streams faster inline.
-        # Only data behind a server (network-bound) is worth fetching in parallel.
-        if self._delay_ok is None:
-            self._delay_ok = any(self.remotes.is_server(n) for n in self.remotes.names())
-        return self._delay_ok
+        """Whether git may delay this smudge (:meth:`FilterHandler.can_delay`)."""
+        return self.filter.can_delay(pathname)
 
     # ---- content (gitxet.repo.content) ---------------------------------------------------
 
@@ -321,7 +195,7 @@ class XetRepo:
         """:meth:`pointers_to_push` with the path each pointer was found at."""
         found = paths_in_history(self.cwd, revs, exclude, remote)
         for path, ptr in found:  # to name a file, not a hash, when its data is missing
-            self._paths_by_hash.setdefault(ptr.xet_hash, path)
+            self.content.names.setdefault(ptr.xet_hash, path)
         return found
 
     def pointer_files(
@@ -330,7 +204,7 @@ class XetRepo:
         """Pointer files of a revision (or of the index when ``rev`` is None)."""
         result = pointer_files(self.cwd, self.worktree, rev, paths)
         for f in result:
-            self._paths_by_hash.setdefault(f.pointer.xet_hash, f.path)  # to name files in errors
+            self.content.names.setdefault(f.pointer.xet_hash, f.path)  # to name files in errors
         return result
 
     def unmatched_paths(self, paths: Sequence[str]) -> list[str]:
@@ -356,16 +230,11 @@ class XetRepo:
         """Put pointer text back in the work tree (:meth:`Materializer.dematerialize`)."""
         return self.materializer.dematerialize(files)
 
-    # ---- where the data of history is (fsck, status, the repairing push) ---------------------
+    # ---- where the data of history is (gitxet.repo.history) --------------------------------
 
     def ref_tips(self, all_refs: bool) -> list[str]:
-        """HEAD's commit, or (``all_refs``) that of every local branch and tag; [] if none."""
-        if not all_refs:
-            try:
-                return [process.rev_parse(self.cwd, "HEAD")]
-            except GitError:
-                return []
-        return process.ref_tips(self.cwd, ["refs/heads", "refs/tags"])
+        """HEAD's commit, or every local branch's and tag's (:meth:`History.ref_tips`)."""
+        return self.history.ref_tips(all_refs)
 
     def history_pointers(self, revs: Sequence[str]) -> list[tuple[str, Pointer]]:
         """(path, pointer) of every pointer blob reachable from ``revs``, one per file."""
@@ -374,72 +243,26 @@ class XetRepo:
     def locate(
         self, found: Sequence[tuple[str, Pointer]], remote: str | None, *, ask_remote: bool
     ) -> list[DataLocation]:
-        """Where each file's data is (see :func:`gitxet.data.audit.locate`)."""
-        return locate(self.cas, self.remote(remote) if ask_remote else None, found)
+        """Where each file's data is (:meth:`History.locate`)."""
+        return self.history.locate(found, remote, ask_remote=ask_remote)
 
     def repair_push(
         self, remote: str, revs: Sequence[str], progress: Progress | None = None
     ) -> tuple[TransferSummary, list[DataLocation]]:
-        """Upload every file of ``revs``' history whose data is here and not on ``remote``.
-
-        Nothing is assumed from ``refs/remotes/*``: a ref pushed without its data (by a
-        clone without the hook) is repaired. Returns what moved and the files whose data is
-        neither here nor on the remote (nothing can upload those).
-        """
-        where = self.locate(self.history_pointers(revs), remote, ask_remote=True)
-        missing = [d for d in where if not d.local and not d.remote]
-        here = [d.pointer for d in where if d.local]
-        return self.push_data(remote, here, progress=progress), missing
+        """Upload what ``revs``' history has here and not on ``remote``
+        (:meth:`History.repair_push`)."""
+        return self.history.repair_push(remote, revs, progress)
 
     def unpushed(self, remote: str | None = None) -> int | None:
-        """Files of the local branches' history whose data is here and not on an embedded
-        ``remote`` (what ``git xet push --all`` uploads); None for a server or no remote."""
-        try:
-            r = self.remote(remote)
-        except ConfigError:
-            return None
-        if not isinstance(r, LocalDirRemote):
-            return None
-        return count_unpushed(self.cas, r, self.history_pointers(self.ref_tips(True)))
+        """Files whose data an embedded remote lacks (:meth:`History.unpushed`)."""
+        return self.history.unpushed(remote)
 
     def recent_refs(self, days: float, now: float | None = None) -> list[str]:
-        """Commits of local and remote-tracking branches whose tip was committed in the last
-        ``days`` days, and of ``refs/stash`` (git-lfs's "recent refs")."""
-        import time
-
-        cutoff = (time.time() if now is None else now) - days * 86400
-        tips: list[str] = []
-        for oid, when, ref in process.ref_dates(
-            self.cwd, ["refs/heads", "refs/remotes", "refs/stash"]
-        ):
-            recent = when is not None and when >= cutoff
-            if (recent or ref == "refs/stash") and not ref.endswith("/HEAD"):
-                tips.append(oid)
-        return list(dict.fromkeys(tips))
+        """Commits of recent branch tips and the stash (:meth:`History.recent_refs`)."""
+        return self.history.recent_refs(days, now)
 
     def files_to_keep(
         self, recent_days: float, commits: Sequence[str] = ()
     ) -> dict[str, set[bytes]]:
-        """The files (Xet hashes) whose data a prune must keep, by reason: ``checkout``
-        (HEAD and the index), ``recent`` (trees of :meth:`recent_refs`), ``unpushed``
-        (added by commits of local branches that no remote-tracking ref reaches: all of
-        them without remotes), ``commits`` (the trees of ``commits``, e.g. mounted ones)."""
-
-        def tree(rev: str | None) -> set[bytes]:
-            return {from_hex(f.pointer.xet_hash) for f in self.pointer_files(rev)}
-
-        def trees(revs: Iterable[str]) -> set[bytes]:
-            out: set[bytes] = set()
-            for rev in revs:
-                with contextlib.suppress(GitObjectNotFoundError):  # not in this repository
-                    out |= tree(rev)
-            return out
-
-        keep = {"checkout": tree(None) if self.worktree is not None else set()}
-        keep["checkout"] |= trees(self.ref_tips(False))
-        keep["recent"] = trees(self.recent_refs(recent_days))
-        branches = self.ref_tips(True)
-        unpushed = self.pointers_to_push(branches, (), "*") if branches else []
-        keep["unpushed"] = {from_hex(p.xet_hash) for p in unpushed}
-        keep["commits"] = trees(commits)
-        return keep
+        """The files whose data a prune must keep, by reason (:meth:`History.files_to_keep`)."""
+        return self.history.files_to_keep(recent_days, commits)

@@ -1,0 +1,229 @@
+"""git's clean/smudge filter: what git stores for a file's content (the content itself, or
+a pointer to the data ingested into the local store) and what it checks out for a pointer.
+
+``git add`` and ``git checkout`` run it (through :mod:`gitxet.git.filter_protocol`), and so
+do ``git xet add`` and ``git xet checkout``: one code path for both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from gitxet.data.clean import Ingestor, IngestResult
+from gitxet.data.dedup import RemoteDedup
+from gitxet.data.staging import StagedIngest
+from gitxet.data.staging import recover as recover_staged
+from gitxet.dataset import chunk_source_of
+from gitxet.errors import ConfigError, GitError, GitxetError
+from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
+from gitxet.git import process
+from gitxet.git.checkattr import AttrQuery
+from gitxet.git.filter_protocol import NO_META, SmudgeMeta
+from gitxet.git.xetconfig import THRESHOLD_KEY, Setting, is_never_pointer, read_setting
+from gitxet.hashing import from_hex, to_hex
+from gitxet.repo.content import Content
+from gitxet.repo.materialize import MaterializedRecords
+from gitxet.repo.pointers import try_pointer
+from gitxet.settings import parse_size
+from gitxet.util.streams import Chained, read_up_to
+
+__all__ = ["DEFAULT_THRESHOLD", "FilterHandler"]
+
+#: Files at least this big become pointers when ``xet.threshold`` is not configured.
+DEFAULT_THRESHOLD = 256 * 1024
+
+
+class FilterHandler:
+    """The clean/smudge handler of the repository whose git commands run in ``cwd``
+    (``worktree``: its work tree, None when bare), storing into ``content``'s store.
+
+    ``lazy``: smudge leaves pointer text (``xet.lazy``). ``stats_path``: a file each clean
+    appends a JSON line to (size, new and reused bytes), for benchmarks.
+    """
+
+    def __init__(
+        self,
+        cwd: str,
+        worktree: Path | None,
+        content: Content,
+        records: MaterializedRecords,
+        *,
+        lazy: bool = False,
+        stats_path: str | None = None,
+    ) -> None:
+        self.cwd = cwd
+        self.worktree = worktree
+        self.content = content
+        self.cas = content.cas
+        self.records = records
+        self.lazy = lazy
+        self._stats_path = stats_path
+        self._lock = threading.Lock()
+        self._threshold: int | None = None
+        self._attrs: AttrQuery | None = None
+        self._delay_ok: bool | None = None
+        self._staged: StagedIngest | None = None
+        self._recovered = False  # dead sessions' journals stored by this process
+        self._dedup: RemoteDedup | bool | None = None  # False: no CAS server to dedup with
+
+    @property
+    def threshold(self) -> int:
+        """Files at least this big become pointers (``.xetconfig``, see
+        :mod:`gitxet.git.xetconfig`; read on first use: a checkout never needs it)."""
+        if self._threshold is None:
+            found = self.threshold_setting()
+            try:
+                self._threshold = parse_size(found.value) if found else DEFAULT_THRESHOLD
+            except ConfigError as exc:
+                where = found.source if found else "the default"
+                raise ConfigError(f"xet.threshold in {where}: {exc}") from None
+        return self._threshold
+
+    @threshold.setter
+    def threshold(self, value: int) -> None:
+        self._threshold = value
+
+    def threshold_setting(self) -> Setting | None:
+        """The configured threshold and where it comes from (None: the default)."""
+        return read_setting(self.cwd, self.worktree, THRESHOLD_KEY)
+
+    def _always_pointer(self, path: str) -> bool:
+        """Whether git's attributes mark ``path`` ``xet=always`` (``git xet track``)."""
+        if not path or self.worktree is None:
+            return False
+        with self._lock:
+            if self._attrs is None:
+                self._attrs = AttrQuery(self.cwd, ["xet"])
+            attrs = self._attrs
+        return attrs.get(path).get("xet") == "always"
+
+    def _record(self, path: str, result: IngestResult) -> None:
+        if self._stats_path is None:
+            return
+        line = json.dumps(
+            {
+                "path": path,
+                "size": result.size,
+                "new": result.new_bytes,
+                "reused": result.reused_bytes,
+            }
+        )
+        with self._lock, open(self._stats_path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+    def clean_stream(self, src: BinaryIO, path: str = "") -> tuple[bytes, IngestResult | None]:
+        """What git stores for content ``src``: the content itself (small files, pointers)
+        or a pointer to the ingested data (and what the ingest stored)."""
+        if is_never_pointer(path):  # git reads these itself, in every clone
+            return b"".join(iter(lambda: src.read(1 << 20), b"")), None
+        known = self.records.pointer_for(self.worktree, path)
+        if known is not None:
+            # a file we wrote from this pointer and nobody touched since: its content is
+            # the pointer's, so skip re-chunking it (git re-cleans it after a checkout)
+            while src.read(8 << 20):
+                pass
+            return known, None
+        head = read_up_to(src, max(self.threshold, MAX_POINTER_SIZE + 1))
+        if len(head) <= MAX_POINTER_SIZE and try_pointer(head) is not None:
+            return head, None  # an unmaterialized pointer stays a pointer
+        if len(head) < self.threshold and not self._always_pointer(path):
+            return head, None
+        dedup = self.dedup_for(path)
+        staged = self._staged
+        if staged is not None:
+            staged.dedup = dedup
+            result = staged.add(src, head)
+        else:
+            if not self._recovered:
+                # what a dead filter session journaled is stored first, so this file finds
+                # those chunks (git re-cleans racily clean files with the one-shot filter)
+                self.recover_staged()
+            with Ingestor(self.cas, dedup=dedup) as ing:
+                result = ing.add_stream(io.BufferedReader(Chained(head, src), 8 << 20))
+                ing.flush()
+        self._record(path, result)
+        ptr = Pointer(sha256=result.sha256, size=result.size, xet_hash=to_hex(result.file_hash))
+        return ptr.encode(), result
+
+    def dedup_for(self, path: str = "") -> RemoteDedup | None:
+        """Dedup against the default remote when it is a CAS server (None otherwise), having
+        learned the chunks of the file ``path`` names in ``HEAD`` and in the index: the
+        version an edit starts from (see :mod:`gitxet.data.dedup`)."""
+        remotes = self.content.remotes
+        if self._dedup is None:
+            self._dedup = False
+            with contextlib.suppress(GitxetError):
+                name = remotes.default()
+                if name is not None and remotes.is_server(name):
+                    src = chunk_source_of(remotes.open(name))
+                    if src is not None and hasattr(src, "query_chunk"):
+                        self._dedup = RemoteDedup(src)  # type: ignore[arg-type]
+        dedup = self._dedup
+        if not isinstance(dedup, RemoteDedup):
+            return None
+        if path:
+            with process.CatFile(self.cwd) as cf:
+                for spec in (f"HEAD:{path}", f":{path}"):
+                    try:
+                        kind, data = cf.read(spec, max_size=MAX_POINTER_SIZE)
+                    except GitError:  # a new path, no HEAD yet, a blob too big to be a pointer
+                        continue
+                    ptr = try_pointer(data) if kind == "blob" else None
+                    if ptr is not None and ptr.size:
+                        dedup.add_file(from_hex(ptr.xet_hash))
+        return dedup
+
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[StagedIngest]:
+        """Batch the cleans done inside: small files share xorbs and the store is written
+        per batch, each staged file's bytes journaled first (see ``data.staging``). What a
+        dead earlier session left is stored first."""
+        self.recover_staged()
+        with StagedIngest(self.cas) as staged:
+            self._staged = staged
+            try:
+                yield staged
+            finally:
+                self._staged = None
+
+    def recover_staged(self) -> int:
+        """Store the data journaled by filter sessions that died; returns a file count."""
+        n = recover_staged(self.cas)
+        self._recovered = True
+        return n
+
+    def clean(self, pathname: str, src: BinaryIO, dst: BinaryIO) -> None:
+        """git's clean: ``src`` (the work tree's content) to ``dst`` (what git stores)."""
+        out, _ = self.clean_stream(src, pathname)
+        dst.write(out)
+
+    def smudge(
+        self, pathname: str, src: BinaryIO, dst: BinaryIO, meta: SmudgeMeta = NO_META
+    ) -> None:
+        """git's smudge: a pointer blob to its content (pointer text when ``lazy``);
+        anything else passes through untouched."""
+        head = read_up_to(src, MAX_POINTER_SIZE + 1)
+        ptr = try_pointer(head)
+        if ptr is None:  # not ours: pass it through untouched
+            dst.write(head)
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+            return
+        if self.lazy:
+            dst.write(head)
+            return
+        self.content.write(ptr, dst, ref=meta.ref, commit=meta.treeish, path=pathname)
+
+    def can_delay(self, pathname: str) -> bool:
+        """Whether git may delay this smudge (fetched in parallel, spooled): only when
+        some remote is a server (network-bound); local data streams faster inline."""
+        remotes = self.content.remotes
+        if self._delay_ok is None:
+            self._delay_ok = any(remotes.is_server(n) for n in remotes.names())
+        return self._delay_ok
