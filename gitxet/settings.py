@@ -29,6 +29,8 @@ from gitxet.errors import ConfigError
 
 # ---- names and defaults (each written once) -----------------------------------------------
 
+DEFAULT_CACHE_SIZE = "10G"  # the node cache's cap (a size; DEFAULT_CACHE_BYTES in bytes)
+
 CACHE_DIR_ENV = "GITXET_CACHE_DIR"
 CACHE_SIZE_ENV = "GITXET_CACHE_SIZE"
 PREFETCH_ENV = "GITXET_PREFETCH"
@@ -47,7 +49,7 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
         "discovered endpoints (mounts, `xet://`, checkout and the plugins share it)",
         "`$XDG_CACHE_HOME/gitxet`, else `~/.cache/gitxet`",
     ),
-    (CACHE_SIZE_ENV, "cap of the node cache (a size)", "`10G`"),
+    (CACHE_SIZE_ENV, "cap of the node cache (a size)", f"`{DEFAULT_CACHE_SIZE}`"),
     (PREFETCH_ENV, "largest read-ahead of sequential remote readers (a size; `0`: off)", "`128M`"),
     (
         STATE_DIR_ENV,
@@ -70,7 +72,6 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
 )
 
 TOKEN_FILE_MAX_BYTES = 64 * 1024  # a token file holds one line; refuse anything bigger
-DEFAULT_CACHE_BYTES = 10 << 30  # the node cache's cap
 DEFAULT_PREFETCH_BYTES = 128 << 20  # largest read-ahead window of sequential remote readers
 KEYRING_SERVICE = "gitxet"  # keyring entries: service "gitxet", user scheme://host[:port]
 TOKEN_USERNAME = "gitxet"  # the user name sent with a token in HTTP Basic auth
@@ -99,6 +100,9 @@ def parse_size(text: str) -> int:
     if value > MAX_SIZE:
         raise ConfigError(f"size too large: {text!r}")
     return value
+
+
+DEFAULT_CACHE_BYTES = parse_size(DEFAULT_CACHE_SIZE)
 
 
 def check_cas_url(url: str) -> str:

@@ -13,6 +13,8 @@ from typing import Any
 
 import typer
 
+from gitxet.settings import TOKEN_ENV
+
 _STR = {"type": "string"}
 _INT = {"type": "integer", "minimum": 0}
 _BOOL = {"type": "boolean"}
@@ -183,7 +185,7 @@ SCHEMAS: dict[str, tuple[str, dict[str, Any], bool]] = {
                                                     "none",
                                                     "option",
                                                     "token file",
-                                                    "GITXET_TOKEN",
+                                                    TOKEN_ENV,
                                                     "keyring",
                                                     "url",
                                                 ]

@@ -306,13 +306,13 @@ def pointer_cmd(
 def _environment() -> dict[str, Any]:
     import gitxet
     from gitxet import chunking
-    from gitxet.settings import VARIABLES, Settings, redact
+    from gitxet.settings import TOKEN_ENV, VARIABLES, Settings, redact
 
     settings = Settings.load()
     shown: dict[str, str | None] = {}
     for name, _what, _default in VARIABLES:
         value = os.environ.get(name)
-        if name == "GITXET_TOKEN" and value is not None:
+        if name == TOKEN_ENV and value is not None:
             value = "(set)"  # never the token
         shown[name] = None if value is None else redact(value)
     for name in ("GITXET_TRACEBACK", "GITXET_SKIP_PREPUSH"):

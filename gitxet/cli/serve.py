@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gitxet.errors import ConfigError
-from gitxet.settings import TOKEN_ENV, server_key
+from gitxet.settings import DEFAULT_CACHE_SIZE, TOKEN_ENV, server_key
 
 if TYPE_CHECKING:
     from gitxet.server.limits import Limits
@@ -69,7 +69,7 @@ def serve_cmd(
     ] = None,
     cache_size: Annotated[
         str, typer.Option("--cache-size", help="With --upstream: cap of the tier's cache (LRU).")
-    ] = "10G",
+    ] = DEFAULT_CACHE_SIZE,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8080,
     storage: Annotated[

@@ -181,10 +181,14 @@ class ReadPattern:
             return True, (a, b)
 
 
+#: The default cap of a :class:`ChunkCache` (decoded chunks in memory), for every reader.
+DEFAULT_CHUNK_CACHE_BYTES = 64 << 20
+
+
 class ChunkCache:
     """A byte-bounded LRU of decoded chunks keyed by (xorb, index); thread-safe."""
 
-    def __init__(self, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, max_bytes: int = DEFAULT_CHUNK_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
         self._lru: LRUCache[tuple[bytes, int], bytes] = LRUCache(max(max_bytes, 1), weigher=len)
         self.hits = 0  # approximate under concurrency: statistics only

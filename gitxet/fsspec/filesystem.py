@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 from fsspec.spec import AbstractFileSystem
 from fsspec.utils import stringify_path
 
+from gitxet.data.reconstruct import DEFAULT_CHUNK_CACHE_BYTES
 from gitxet.dataset import HttpAccess
 from gitxet.fsspec.file import READAHEAD_CACHE, XetFile
 from gitxet.fsspec.sources import DEFAULT_MAX_COMMITS, CommitPool, FetchStats, Lease
@@ -31,7 +32,6 @@ from gitxet.fsspec.url import PROTOCOL, XetURL, canonical, parse_url
 from gitxet.settings import Settings
 from gitxet.vfs.nodes import Attrs, NodeKind
 
-DEFAULT_CACHE_BYTES = 64 << 20  # decoded chunks, like the mount's CommitFS default
 DEFAULT_MAX_GAP = 64 << 10  # cat_ranges merges ranges this close: about one chunk
 _RANGE_WORKERS = 4
 
@@ -111,7 +111,7 @@ class XetFileSystem(AbstractFileSystem):  # type: ignore[misc]
     def __init__(
         self,
         *,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES,
         max_commits: int = DEFAULT_MAX_COMMITS,
         block_size: int | None = None,
         token: str | None = None,

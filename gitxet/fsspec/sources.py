@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gitxet.data.reconstruct import (
+    DEFAULT_CHUNK_CACHE_BYTES,
     ChunkCache,
     ChunkSource,
     FetchSource,
@@ -157,7 +158,7 @@ class CommitPool:
 
     def __init__(
         self,
-        cache_bytes: int = 64 << 20,
+        cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES,
         max_commits: int = DEFAULT_MAX_COMMITS,
         access: HttpAccess | None = None,
     ) -> None:

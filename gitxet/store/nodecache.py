@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from gitxet.errors import StoreError
 from gitxet.hashing import chunk_hash, to_hex
+from gitxet.settings import DEFAULT_CACHE_BYTES
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ def cache_total(root: str) -> int:
 class NodeCache:
     """Verified decoded xorb ranges on disk, capped at ``max_bytes``; safe across processes."""
 
-    def __init__(self, root: str, max_bytes: int = 10 << 30) -> None:
+    def __init__(self, root: str, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.root = os.path.abspath(root)
         self.max_bytes = max(0, max_bytes)
         self._data = os.path.join(self.root, "data")
