@@ -596,6 +596,44 @@ def _write_inline(dst: IO[bytes], mode: bytes, token: bytes, content: bytes) -> 
     dst.write(b"\n")
 
 
+def rewrite_history(
+    repo: XetRepo,
+    refs: Sequence[str],
+    everything: bool,
+    rewrite: Callable[[process.CatFile, IO[bytes], IO[bytes]], None],
+) -> bool:
+    """Pipe ``git fast-export`` of ``refs`` (``everything``: all branches and tags)
+    through ``rewrite(cat, src, dst)`` into ``git fast-import``; returns whether the work
+    tree's HEAD moved (its files then need checking out again).
+
+    Raises:
+        GitError: git failed, or fast-import stopped reading (nothing was changed then).
+    """
+    head_before = process.run_git(["rev-parse", "-q", "--verify", "HEAD"], repo.cwd, check=False)
+    export = [
+        "fast-export",
+        "--no-data",
+        "--use-done-feature",
+        "--signed-tags=strip",
+        "--tag-of-filtered-object=rewrite",
+        "--reencode=no",
+        # --everything: let git enumerate the refs (a long list would not fit in argv)
+        *(["--branches", "--tags"] if everything else refs),
+    ]
+    with (
+        process.CatFile(repo.cwd) as cat,
+        _git_pipe(["fast-import", "--force", "--quiet"], repo.cwd, reader=False) as imp,
+        _git_pipe(export, repo.cwd, reader=True) as exp,
+    ):
+        assert exp.stdout is not None and imp.stdin is not None
+        try:
+            rewrite(cat, exp.stdout, imp.stdin)
+        except BrokenPipeError:
+            raise GitError("git fast-import stopped reading the rewritten history") from None
+    head_after = process.run_git(["rev-parse", "-q", "--verify", "HEAD"], repo.cwd, check=False)
+    return bool(repo.worktree is not None and head_after and head_after != head_before)
+
+
 @contextlib.contextmanager
 def _git_pipe(args: Sequence[str], cwd: str, *, reader: bool) -> Iterator[subprocess.Popen[bytes]]:
     """A git process whose stdout (``reader``) or stdin we stream; killed if we fail."""
@@ -716,33 +754,13 @@ def migrate(
     selector = PathSelector(options.include, options.exclude)
     refs = _resolve_refs(repo, options)
     result = MigrateResult(refs=refs)
-    head_before = process.run_git(["rev-parse", "-q", "--verify", "HEAD"], repo.cwd, check=False)
 
-    export = [
-        "fast-export",
-        "--no-data",
-        "--use-done-feature",
-        "--signed-tags=strip",
-        "--tag-of-filtered-object=rewrite",
-        "--reencode=no",
-        # --everything: let git enumerate the refs (a long list would not fit in argv)
-        *(["--branches", "--tags"] if options.everything else refs),
-    ]
-    with (
-        process.CatFile(repo.cwd) as cat,
-        _git_pipe(["fast-import", "--force", "--quiet"], repo.cwd, reader=False) as imp,
-        _git_pipe(export, repo.cwd, reader=True) as exp,
-    ):
-        assert exp.stdout is not None and imp.stdin is not None
+    def rewrite(cat: process.CatFile, src: IO[bytes], dst: IO[bytes]) -> None:
         rewriter = _Rewriter(repo, selector, cat, result, progress)
-        try:
-            rewriter.run(exp.stdout, imp.stdin)
-        except BrokenPipeError:
-            raise GitError("git fast-import stopped reading the rewritten history") from None
+        rewriter.run(src, dst)
         result.lfs_left = len(rewriter.lfs_left)
 
-    head_after = process.run_git(["rev-parse", "-q", "--verify", "HEAD"], repo.cwd, check=False)
-    if repo.worktree is not None and head_after and head_after != head_before:
+    if rewrite_history(repo, refs, options.everything, rewrite):
         # index and work tree still hold the old blobs: check the new commit out through
         # the filter, so converted files are materialized and `git status` is clean
         process.run_git(["reset", "--hard", "-q", "HEAD"], repo.cwd)

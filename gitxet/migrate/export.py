@@ -33,11 +33,11 @@ from gitxet.migrate import (
     MigrateResult,
     Progress,
     _copy_data,
-    _git_pipe,
     _resolve_refs,
     _unquote_path,
     _write_inline,
     check_clean,
+    rewrite_history,
 )
 from gitxet.repo.pointers import try_pointer
 from gitxet.repo.repository import XetRepo
@@ -201,28 +201,11 @@ def export(
     selector = PathSelector(options.include, options.exclude)
     refs = _resolve_refs(repo, options)
     result = MigrateResult(refs=refs)
-    head_before = process.run_git(["rev-parse", "-q", "--verify", "HEAD"], repo.cwd, check=False)
-    fast_export = [
-        "fast-export",
-        "--no-data",
-        "--use-done-feature",
-        "--signed-tags=strip",
-        "--tag-of-filtered-object=rewrite",
-        "--reencode=no",
-        *(["--branches", "--tags"] if options.everything else refs),
-    ]
-    with (
-        process.CatFile(repo.cwd) as cat,
-        _git_pipe(["fast-import", "--force", "--quiet"], repo.cwd, reader=False) as imp,
-        _git_pipe(fast_export, repo.cwd, reader=True) as exp,
-    ):
-        assert exp.stdout is not None and imp.stdin is not None
-        try:
-            _Exporter(repo, selector, cat, result, progress).run(exp.stdout, imp.stdin)
-        except BrokenPipeError:
-            raise GitError("git fast-import stopped reading the rewritten history") from None
-    head_after = process.run_git(["rev-parse", "-q", "--verify", "HEAD"], repo.cwd, check=False)
-    if repo.worktree is not None and head_after and head_after != head_before:
+
+    def rewrite(cat: process.CatFile, src: IO[bytes], dst: IO[bytes]) -> None:
+        _Exporter(repo, selector, cat, result, progress).run(src, dst)
+
+    if rewrite_history(repo, refs, options.everything, rewrite):
         # the files are plain blobs now: check them out without the filter's help
         process.run_git(["-c", "xet.lazy=false", "reset", "--hard", "-q", "HEAD"], repo.cwd)
         result.checked_out = True
