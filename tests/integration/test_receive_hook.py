@@ -6,13 +6,13 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from gitxet.formats.pointer import Pointer
+from tests.helpers.proc import git, run
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -20,26 +20,6 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(autouse=True)
 def gitxet_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-
-
-def run(
-    *args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(
-        list(args),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, **(env or {})},
-    )
-    if check and r.returncode != 0:
-        raise AssertionError(f"{args} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-    return r
-
-
-def git(*args: str, cwd: Path) -> str:
-    return run("git", *args, cwd=cwd).stdout.strip()
 
 
 def test_embedded_remote_refuses_dangling_pointers(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ import pytest
 from gitxet.formats.pointer import Pointer
 from gitxet.server.auth import TokenStore
 from gitxet.server.run import BackgroundServer, ServerConfig
+from tests.helpers.proc import git, run
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -49,26 +50,6 @@ def srv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Srv]:
     monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache"))
     with BackgroundServer(ServerConfig(root=str(root), port=0)) as s:
         yield Srv(s.url.removeprefix("http://"), root, write)
-
-
-def run(
-    *args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(
-        list(args),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, **(env or {})},
-    )
-    if check and r.returncode != 0:
-        raise AssertionError(f"{args} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-    return r
-
-
-def git(*args: str, cwd: Path) -> str:
-    return run("git", *args, cwd=cwd).stdout.strip()
 
 
 @pytest.fixture
