@@ -39,3 +39,17 @@ def test_every_command_help_is_reflowed() -> None:
         seen += 1
         assert cmd.help == _reflow(cmd.callback.__doc__), cmd.name
     assert seen > 20
+
+
+def test_checkout_and_its_old_name_materialize_have_distinct_help() -> None:
+    """'materialize' is a hidden alias: the command list shows checkout only, and its help
+    says what it is instead of repeating checkout's (issue 19)."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    checkout = group.commands["checkout"]  # type: ignore[attr-defined]
+    alias = group.commands["materialize"]  # type: ignore[attr-defined]
+    assert not checkout.hidden and alias.hidden
+    assert alias.help == "Same as 'git xet checkout'."
+    assert checkout.help and checkout.help != alias.help
+    assert "Materialize pointer files" in checkout.help
