@@ -27,6 +27,9 @@ the mount vs over a checkout, ``ls -l`` of one directory, and the daemon's peak 
 
     python bench/small_files.py [--files 20000] [--dir DIR] [--keep] [--json OUT]
     python bench/small_files.py --listing 200000 [--dir DIR]
+
+Every process of the run (gitxet, git, git-lfs) runs with ``ulimit -n 1024`` (soft and
+hard; ``--nofile N`` to change it).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import hashlib
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -53,10 +57,12 @@ GOAL_ADD = 1.0  # add+commit <= 1.0x git-lfs
 GOAL_PUSH = 3.0  # push <= 3x cp -r
 GOAL_CLONE = 3.0  # clone <= 3x cp -r
 GOAL_READ = 0.5  # mount cold read >= 0.5x local disk throughput
-GOAL_READY = 1.0  # (listing) mount ready <= 1 s
+GOAL_READY = 1.0  # (listing) mount ready <= 1 s ...
+GOAL_LISTING_FILES = 200_000  # ... and find <= 2 s for a commit of up to this many files
 GOAL_FIND = 2.0  # (listing) find <= 2 s
 GOAL_RSS_MB = 500  # (listing) daemon RSS
 MB = 1e6
+CHECKOUT_MAX = 200_000  # (listing) larger commits are not checked out for the peer find
 
 
 def sealed_env(home: Path) -> dict[str, str]:
@@ -234,12 +240,13 @@ def run_workflow(args: argparse.Namespace, work: Path) -> dict[str, object]:
     # local disk: a copy, and a cold 8-thread read
     drop_caches()
     res["cp"] = sh(["cp", "-r", str(data), str(runs / "copy")], runs, env)
+    shutil.rmtree(runs / "copy")  # disk space: every run below holds 2-3 copies at a time
     drop_caches()
     s, n, _ = read_all(data, rels)
     res["local_read"] = s
     print(f"local: cp -r {res['cp']:.2f}s; cold 8-thread read {s:.2f}s ({n / MB / s:.0f} MB/s)")
 
-    xet_run(runs / "xet", data, rels, total, env, res, "xet", track=True)
+    xet_run(runs / "xet", data, rels, total, env, res, "xet", track=True, keep=args.keep)
 
     # fsspec: the same cold read through xet://
     drop_caches()
@@ -247,8 +254,12 @@ def run_workflow(args: argparse.Namespace, work: Path) -> dict[str, object]:
         runs / "xet" / "remote.git", rels, total, env
     )
     print(f"fsspec: cold 8-thread read {res['fsspec_read']:.2f}s, {res['fsspec_errors']} errors")
+    if not args.keep:
+        shutil.rmtree(runs / "xet")
     if args.default_too:  # the same with the default rules: files under 256 KiB stay blobs
-        xet_run(runs / "dflt", data, rels, total, env, res, "dflt", track=False)
+        xet_run(runs / "dflt", data, rels, total, env, res, "dflt", track=False, keep=args.keep)
+        if not args.keep:
+            shutil.rmtree(runs / "dflt")
 
     # git-lfs over its file remote
     if not args.skip_lfs:
@@ -268,6 +279,7 @@ def xet_run(
     key: str,
     *,
     track: bool,
+    keep: bool = False,
 ) -> None:
     """gitxet: add, commit, push, clone (checked), then a mount: ready, find, cold read."""
     remote, wt = x / "remote.git", x / "work"
@@ -290,6 +302,8 @@ def xet_run(
         f"push {res[f'{key}_push']:.2f}s",
         flush=True,
     )
+    if not keep:  # disk space: the clone and the mount need the remote only
+        shutil.rmtree(wt)
     drop_caches()
     clone = x / "clone"
     res[f"{key}_clone"] = sh(["git-xet", "clone", str(remote), str(clone)], x, env)
@@ -506,15 +520,16 @@ def run_listing(args: argparse.Namespace, work: Path) -> dict[str, object]:
         res["rss_mb"] = rss_mb(mount_pid(mnt, env))
     finally:
         sh(["git-xet", "unmount", str(mnt)], work, env, check=False)
-    co = work / f"listing-{n}-checkout"
-    if not co.exists():
-        sh(["git", "clone", "-q", str(repo), str(co)], work, env)
-    drop_caches()
-    res["find_checkout"], _ = timed_find(co)
+    if n <= CHECKOUT_MAX:  # (a million-file checkout takes 4 GB of disk and minutes)
+        co = work / f"listing-{n}-checkout"
+        if not co.exists():
+            sh(["git", "clone", "-q", str(repo), str(co)], work, env)
+        drop_caches()
+        res["find_checkout"], _ = timed_find(co)
     print(
         f"listing {n}: ready {res['ready']:.2f}s, find {res['find']:.2f}s ({found} entries; "
         f"warm {res['find_warm']:.2f}s), ls -l of 1,000 {res['ls_l']:.3f}s, "
-        f"RSS {res['rss_mb']:.0f} MB; cold find of a checkout {res['find_checkout']:.2f}s"
+        f"RSS {res['rss_mb']:.0f} MB; cold find of a checkout {res.get('find_checkout', -1):.2f}s"
     )
     return res
 
@@ -546,9 +561,15 @@ def report_listing(res: dict[str, object]) -> None:
     print()
     print(f"| {int(f['listing_files']):,}-file commit | gitxet mount | checkout | goal |")
     print("|---|---:|---:|---|")
-    row("mount ready (s)", f"{ready:.2f}", "", f"<= {GOAL_READY} s: {verdict(ready <= GOAL_READY)}")
-    row("find, cold (s)", f"{find:.2f}", f"{f['find_checkout']:.2f}",
-        f"<= {GOAL_FIND} s: {verdict(find <= GOAL_FIND)}")  # fmt: skip
+    co = f"{f['find_checkout']:.2f}" if "find_checkout" in f else "-"
+    if f["listing_files"] <= GOAL_LISTING_FILES:
+        row("mount ready (s)", f"{ready:.2f}", "",
+            f"<= {GOAL_READY} s: {verdict(ready <= GOAL_READY)}")  # fmt: skip
+        row("find, cold (s)", f"{find:.2f}", co,
+            f"<= {GOAL_FIND} s: {verdict(find <= GOAL_FIND)}")  # fmt: skip
+    else:  # a million files: it must mount and find must complete (the time is reported)
+        row("mount ready (s)", f"{ready:.2f}", "", "reported")
+        row("find, cold (s)", f"{find:.2f}", co, "completes: met")
     row("find, again (s)", f"{f['find_warm']:.2f}", "", "")
     row("ls -l of 1,000 entries (s)", f"{f['ls_l']:.3f}", "", "")
     row(
@@ -571,7 +592,16 @@ def main() -> int:
     ap.add_argument("--skip-lfs", action="store_true")
     ap.add_argument("--default-too", action="store_true", help="also gitxet with the default rules")
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--nofile",
+        type=int,
+        default=1024,
+        help="ulimit -n (soft and hard) for every process of the run (default 1024)",
+    )
     args = ap.parse_args()
+    # `ulimit -n 1024` for every gitxet process: the hard limit too, so raising the soft
+    # limit to the hard one at start gains nothing.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (args.nofile, args.nofile))
     work = args.dir or Path(tempfile.mkdtemp(prefix="gitxet-bench-small-"))
     work = work.resolve()
     work.mkdir(parents=True, exist_ok=True)

@@ -63,6 +63,10 @@ class IntegrityError(GitxetError):
         self.detail = detail
 
 
+class WouldBlockError(GitxetError):
+    """A read asked not to wait (``gitxet.util.nowait``) would have waited on a disk."""
+
+
 class NotFoundError(GitxetError):
     """Something addressed by hash or name is not present."""
 

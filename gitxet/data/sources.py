@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 
 from gitxet.data.reconstruct import ChunkSource, Layout, Segment
-from gitxet.errors import DataUnavailableError, GitxetError, XorbNotFoundError
+from gitxet.errors import DataUnavailableError, GitxetError, WouldBlockError, XorbNotFoundError
 from gitxet.formats.shard import FileInfo
 from gitxet.hashing import to_hex
 from gitxet.util.lru import LRUCache
@@ -55,6 +55,8 @@ class LayeredSource:
         for i, s in enumerate(self.layers):
             try:
                 info = s.file_info(file_hash)
+            except WouldBlockError:
+                raise  # not a failure of this layer: the caller reads again, waiting
             except GitxetError as exc:
                 causes.append(exc)
                 tried.append((self._name(i), str(exc)))

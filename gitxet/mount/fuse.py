@@ -108,6 +108,9 @@ class XetFuseOperations(pyfuse3.Operations):
             if read_around and callable(getattr(fs, "chunk_extent", None))
             else None
         )
+        self._lookup_nowait: Callable[[int, bytes], Attrs | None] | None = getattr(
+            fs, "lookup_nowait", None
+        )
         self._root = fs.root_ino
         if self._root <= 0:
             raise ValueError(f"model root inode must be positive, got {self._root}")
@@ -204,13 +207,16 @@ class XetFuseOperations(pyfuse3.Operations):
     ) -> pyfuse3.EntryAttributes:
         parent = self._swap(parent_inode)
         try:
-            attrs = await trio.to_thread.run_sync(
-                self.fs.lookup,
-                parent,
-                name,
-                limiter=self._meta_limiter,
-                **{_ABANDON_KW: True},  # type: ignore[arg-type]  # keyword differs by trio version
-            )
+            # a listed directory answers from memory, here (no thread hop)
+            attrs = self._lookup_nowait(parent, name) if self._lookup_nowait else None
+            if attrs is None:
+                attrs = await trio.to_thread.run_sync(
+                    self.fs.lookup,
+                    parent,
+                    name,
+                    limiter=self._meta_limiter,
+                    **{_ABANDON_KW: True},  # type: ignore[arg-type]  # keyword differs by trio version
+                )
         except FileNotFoundError:
             # A negative entry (inode 0) lets the kernel cache "no such name" as long as a
             # positive one; the tree is immutable, so that is always right.

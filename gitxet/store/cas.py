@@ -45,19 +45,27 @@ from gitxet.errors import (
     IntegrityError,
     ShardFormatError,
     StoreError,
+    WouldBlockError,
     XorbNotFoundError,
 )
 from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, merkle_root, to_hex
 from gitxet.store.locking import file_lock
+from gitxet.util import nowait
 from gitxet.util.atomic import atomic_write, atomic_writer, remove_stale_temps, sync_written
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
 
 #: open xorb descriptors kept per store (plus those that concurrent reads still hold)
 MAX_OPEN_XORBS = 64
+#: open shard descriptors kept per store
+MAX_OPEN_SHARDS = 16
 #: verified xorb layouts kept per store
 MAX_LAYOUTS = 4096
+#: a blocking read that continues the previous one of its xorb (within this many bytes)...
+_SEQ_NEAR = 2 << 20
+#: ... asks the kernel to read this much further ahead (consecutive small files)
+_SEQ_AHEAD = 16 << 20
 #: file reconstructions kept per store
 MAX_FILE_INFOS = 1 << 16  # ~300 bytes each: a clone asks for every file several times
 
@@ -116,14 +124,17 @@ class XorbLayout:
 
 
 class _XorbFile:
-    """An open xorb and which of its chunks were verified through this descriptor."""
+    """An open xorb and which of its chunks were verified through this descriptor (a shard
+    is kept open the same way, without the marks)."""
 
-    __slots__ = ("fd", "raw_ok")
+    __slots__ = ("ahead", "fd", "last_end", "raw_ok")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         # chunk index -> 1 once that chunk, stored uncompressed, was verified through fd
         self.raw_ok: bytearray | None = None
+        self.last_end = -1  # where the last blocking read ended (byte offset)
+        self.ahead = 0  # read-ahead asked of the kernel up to here
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -154,6 +165,8 @@ class LocalCAS:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._files: LeaseCache[bytes, _XorbFile] = LeaseCache(MAX_OPEN_XORBS, _XorbFile.close)
+        # open shards, by name (a read of each of 20,000 files asks one for its block)
+        self._shard_fds: LeaseCache[str, _XorbFile] = LeaseCache(MAX_OPEN_SHARDS, _XorbFile.close)
         self.tmp = os.path.join(self.root, "tmp")
         try:
             for d in ("xorbs", "shards", "tmp", "locks"):
@@ -232,6 +245,7 @@ class LocalCAS:
         """Close open xorb files (those being read, once read) and this thread's index
         connection. The store stays usable."""
         self._files.clear()
+        self._shard_fds.clear()
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -340,6 +354,8 @@ class LocalCAS:
         cached = self._layouts.get(xorb_hash)
         if cached is not None:
             return cached
+        if nowait.active():  # the footer is read through a mapping: it could wait
+            raise WouldBlockError("xorb layout not loaded yet")
         path = self.xorb_path(xorb_hash)
         hx = to_hex(xorb_hash)
         try:
@@ -379,10 +395,26 @@ class LocalCAS:
 
     @staticmethod
     def _pread(xf: _XorbFile, xorb_hash: bytes, size: int, offset: int) -> bytes:
-        data = os.pread(xf.fd, size, offset)
+        data = nowait.pread(xf.fd, size, offset)
         if len(data) != size:
             raise IntegrityError("xorb", to_hex(xorb_hash), "truncated on disk")
         return data
+
+    @staticmethod
+    def _read_ahead(xf: _XorbFile, lay: XorbLayout, start: int, end: int) -> None:
+        """After a read that waited on the disk: when it continues the last one (readers of
+        consecutive small files), ask the kernel for the next ``_SEQ_AHEAD`` bytes, so the
+        next files' reads find the page cache and never wait (``gitxet.util.nowait``)."""
+        lo, hi = lay.byte_offsets[start], lay.byte_offsets[end]
+        last, xf.last_end = xf.last_end, hi
+        if last < 0 or abs(lo - last) > _SEQ_NEAR or xf.ahead >= hi + _SEQ_AHEAD // 2:
+            return
+        top = min(lay.byte_offsets[-1], hi + _SEQ_AHEAD)
+        a = max(hi, xf.ahead)
+        if a < top:
+            with contextlib.suppress(OSError):
+                os.posix_fadvise(xf.fd, a, top - a, os.POSIX_FADV_WILLNEED)
+        xf.ahead = top
 
     def read_raw_range(self, xorb_hash: bytes, start: int, end: int) -> bytes:
         """Serialized bytes (headers included) of chunks ``[start, end)``, unverified."""
@@ -414,6 +446,8 @@ class LocalCAS:
                 if chunk_hash(c) != lay.chunk_hashes[start + i]:
                     raise IntegrityError("xorb", hx, f"chunk {start + i} does not match its hash")
             self._note_verified(xf, lay, raw, start, end)
+            if not nowait.active():
+                self._read_ahead(xf, lay, start, end)
         return chunks
 
     def _note_verified(
@@ -602,12 +636,15 @@ class LocalCAS:
             return None
         name, pos = str(row[0]), int(row[1])
         what = f"shard {name} file block at byte {pos}"
-        with open(self.shard_path(name), "rb") as f:
-            header = os.pread(f.fileno(), shardfmt.RECORD_SIZE, pos)
+        path = self.shard_path(name)
+        with self._shard_fds.use(
+            name, lambda: _XorbFile(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        ) as sf:
+            header = nowait.pread(sf.fd, shardfmt.RECORD_SIZE, pos)
             size = shardfmt.file_block_size(header)
             if size > shardfmt.MAX_SHARD_BYTES:
                 raise ShardFormatError(what, f"declares {size} bytes")
-            block = os.pread(f.fileno(), size, pos)
+            block = nowait.pread(sf.fd, size, pos)
         info = shardfmt.parse_file_block(block, what)
         if info.file_hash != file_hash:
             raise ShardFormatError(what, "holds another file (the index is stale)")
@@ -663,6 +700,7 @@ class LocalCAS:
             self._infos.clear()
             self._layouts.clear()
             self._files.clear()
+            self._shard_fds.clear()
 
     def stats(self) -> StoreStats:
         xorbs = xorb_bytes = 0

@@ -58,6 +58,7 @@ from gitxet.git.paths import PATH_MAX
 from gitxet.hashing import from_hex
 from gitxet.util.flights import Flights
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
+from gitxet.util.nowait import nowait
 from gitxet.vfs.nodes import Attrs, FSStats, NodeKind
 
 __all__ = ["BROKEN_LINK_TARGET", "ROOT_INO", "CommitFS"]
@@ -413,6 +414,26 @@ class CommitFS:
             raise FileNotFoundError(errno.ENOENT, f"{_join(node.shown, name)}: no such file")
         return self._attrs(child)
 
+    def lookup_nowait(self, parent_ino: int, name: bytes) -> Attrs | None:
+        """:meth:`lookup` from memory alone (a listed directory, a child whose attributes
+        are known), or ``None`` when it would read git: cheap enough for an event loop.
+
+        Raises:
+            FileNotFoundError: the directory is listed and has no ``name``.
+        """
+        with self._lock:
+            node = self._nodes.get(parent_ino)
+        if not isinstance(node, _Dir) or node.names is None or name in (b".", b".."):
+            return None
+        names = node.names
+        i = bisect.bisect_left(names, name)
+        if i >= len(names) or names[i] != name:
+            raise FileNotFoundError(errno.ENOENT, f"{_join(node.shown, name)}: no such file")
+        child = node.order[i]
+        if child.size < 0:
+            return None
+        return self._attrs(child)
+
     def parent(self, ino: int) -> int:
         """Inode of the directory holding ``ino``; the root is its own parent."""
         return self._node(ino).parent.ino
@@ -565,12 +586,29 @@ class CommitFS:
             return None
         with self._lock:
             reader = self._readers.get(info.pointer.xet_hash)
-        if reader is None or reader.size != info.pointer.size:
+        if reader is not None and reader.size == info.pointer.size:
+            try:
+                got = reader.read_cached(offset, size)
+            except Exception:
+                return None  # read() reports it
+            if got is not None or not self.inline_reads:
+                return got
+        if not self.inline_reads:
             return None
+        # A local store: read it here as long as nothing waits on the disk (the page cache
+        # holds it), else give up and let read() do it on a thread that may wait
         try:
-            return reader.read_cached(offset, size)
+            with nowait():
+                if reader is None:
+                    reader = FileReader(
+                        self._source, from_hex(info.pointer.xet_hash), cache=self._cache
+                    )
+                    self._readers.put(info.pointer.xet_hash, reader)
+                if reader.size != info.pointer.size:
+                    return None
+                return reader.read(offset, size)
         except Exception:
-            return None  # read() reports it
+            return None  # WouldBlockError; anything else read() reports
 
     def pointer(self, ino: int) -> Pointer | None:
         """The pointer a regular file is stored as; None for a plain git blob (and for

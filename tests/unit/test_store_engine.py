@@ -265,6 +265,7 @@ def test_open_xorb_descriptors_stay_bounded_under_concurrent_reads(
     from gitxet.store import cas as casmod
 
     monkeypatch.setattr(casmod, "MAX_OPEN_XORBS", 8)
+    monkeypatch.setattr(casmod, "MAX_OPEN_SHARDS", 4)
     cas = LocalCAS(str(tmp_path), durable=False)
     rnd = random.Random(5)
     files: dict[bytes, bytes] = {}
@@ -309,8 +310,9 @@ def test_open_xorb_descriptors_stay_bounded_under_concurrent_reads(
     stop.set()
     watcher.join(10)
     assert errors == []
-    # 8 cached + one per reader thread (+ sqlite files the reader threads open)
-    assert peak[0] <= 8 + 8 + 3 * 8, peak[0]
+    # 8 xorbs and 4 shards cached + one of each per reader thread (+ the sqlite files the
+    # reader threads open)
+    assert peak[0] <= 8 + 4 + 2 * 8 + 3 * 8, peak[0]
     cas.close()
 
 

@@ -695,3 +695,47 @@ def test_blob_cache_spools_evict_only_when_unused() -> None:
     assert last.value._file.closed
     cache.put(b"x" * 20, b"x" * 5000)  # after close: nothing kept, nothing leaked
     assert cache.get(b"x" * 20) is None
+
+
+def test_lookup_nowait_answers_from_memory_only(fs: CommitFS, world: World) -> None:
+    data = fs.lookup(fs.root_ino, b"data")
+    assert fs.lookup_nowait(data.ino, b"small.bin") is None  # not listed yet: would read git
+    assert fs.lookup_nowait(fs.root_ino, b"..") is None
+    listed = dict(fs.readdir(data.ino))
+    got = fs.lookup_nowait(data.ino, b"small.bin")
+    assert got == listed[b"small.bin"] == fs.lookup(data.ino, b"small.bin")
+    assert got.size == len(world.files2["data/small.bin"])
+    with pytest.raises(FileNotFoundError):
+        fs.lookup_nowait(data.ino, b"no-such-file")
+    assert fs.lookup_nowait(fs.resolve_path(b"README.md").ino, b"x") is None  # not a dir
+
+
+def _page_cache(root: Path, *, keep: bool) -> None:
+    for xorb in (root / "xorbs").rglob("*"):
+        if xorb.is_file():
+            if keep:
+                xorb.read_bytes()
+                continue
+            fd = os.open(xorb, os.O_RDONLY)
+            try:
+                os.fsync(fd)  # dirty pages are not dropped
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def test_try_read_of_a_local_store_reads_cached_pages_without_read(
+    world: World, cas: LocalCAS
+) -> None:
+    """A store on local disk: try_read serves a pointer file never read before from the
+    page cache, on the calling thread; pages not cached make it give up (None)."""
+    want = world.files2["data/small.bin"]
+    with CommitFS(str(world.repo), world.c2, cas) as fs:
+        assert fs.inline_reads
+        ino = fs.resolve_path(b"data/small.bin").ino
+        fs.chunk_extent(ino, 0)  # its reconstruction and xorb layout loaded, no data read
+        _page_cache(world.cas_root, keep=False)
+        assert fs.try_read(ino, 0, 100) is None
+        _page_cache(world.cas_root, keep=True)
+        assert fs.try_read(ino, 0, 100) == want[:100]
+        assert fs.try_read(ino, 10, len(want)) == want[10:]
