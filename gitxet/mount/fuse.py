@@ -226,6 +226,7 @@ class XetFuseOperations(pyfuse3.Operations):
             return e
         except Exception as exc:
             raise self._fail(f"lookup {parent}/{name!r}", exc) from None
+        assert attrs is not None  # the worker's lookup returns Attrs or raises
         return self.entry(attrs)
 
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
