@@ -132,9 +132,13 @@ def test_batched_add_packs_small_files_and_a_crashed_filter_is_recovered(
     run("git", "commit", "-qm", "rules", cwd=work)
     rnd = random.Random(17)
     files = {f"a/{i:04d}.bin": rnd.randbytes(rnd.randrange(1, 30_000)) for i in range(600)}
+    # dated back, so no file is "racily clean" (same second as the index): git would
+    # re-clean every such file below with a one-shot filter process each (~600 processes)
+    written = time.time() - 300
     for rel, data in files.items():
         (work / rel).parent.mkdir(parents=True, exist_ok=True)
         (work / rel).write_bytes(data)
+        os.utime(work / rel, (written, written))
     # a filter that dies right after git hung up, before it wrote its batch to the store:
     # git has already recorded the pointers
     crash = tmp_path / "crash_filter.py"
@@ -157,8 +161,8 @@ def test_batched_add_packs_small_files_and_a_crashed_filter_is_recovered(
     assert len(os.listdir(work / ".git" / "xet" / "staging")) == 1
     # with no process filter set, git re-cleans changed (or racily clean: same second as
     # the index) files with the one-shot filter: it stores the dead session's journal
-    # before cleaning, so it finds those chunks. It used to write a xorb per file: ~600
-    # after the commit whenever the 600 files and the index fell in the same second
+    # before cleaning, so it finds those chunks. It used to write a xorb per re-cleaned
+    # file (here the three changed ones; ~600 when all were racily clean)
     run("git", "config", "--unset", "filter.xet.process", cwd=work)
     for rel in list(files)[:3]:
         os.utime(work / rel, (time.time() - 200, time.time() - 200))  # changed, not racy
