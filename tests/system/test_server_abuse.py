@@ -226,14 +226,20 @@ def test_non_ascii_parameters_never_500(server: Server) -> None:
             statuses[f"batch {v}"] = c.get(
                 "/v1/reconstructions", params={"file_id": v}, headers=auth
             ).status_code
-    # raw bytes httpx would refuse to send: latin-1 digits in headers
+    # raw bytes httpx would refuse to send: latin-1 digits in headers (Connection: close,
+    # so the server's close ends each read, not the read timeout of a kept-alive connection)
+    head = b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
     raw_requests = [
-        b"GET /v1/reconstructions/" + XORB.encode() + b" HTTP/1.1\r\nHost: x\r\n"
-        b"Authorization: Bearer " + server.token.encode() + b"\r\nRange: bytes=\xb2-\xb3\r\n\r\n",
-        b"GET /v1/file-shards/" + XORB.encode() + b" HTTP/1.1\r\nHost: x\r\n"
-        b"Authorization: Basic \xe9\xe9\r\n\r\n",
-        b"GET /data.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: x\r\n"
-        b"Authorization: Basic \xe9\xe9==\r\n\r\n",
+        b"GET /v1/reconstructions/"
+        + XORB.encode()
+        + head
+        + b"Authorization: Bearer "
+        + server.token.encode()
+        + b"\r\nRange: bytes=\xb2-\xb3\r\n\r\n",
+        b"GET /v1/file-shards/" + XORB.encode() + head + b"Authorization: Basic \xe9\xe9\r\n\r\n",
+        b"GET /data.git/info/refs?service=git-upload-pack"
+        + head
+        + b"Authorization: Basic \xe9\xe9==\r\n\r\n",
         b"POST /v1/telemetry HTTP/1.1\r\nHost: x\r\nContent-Length: \xb2\r\n\r\n",
     ]
     for i, req in enumerate(raw_requests):
