@@ -84,6 +84,8 @@ MAX_WINDOW = DEFAULT_PREFETCH_BYTES
 _MAX_XORB_ENTRIES = 16384
 #: parallel range fetches per source
 FETCH_WORKERS = 8
+#: a streamed piece at most 1/this of a unit is fetched with its whole aligned range, cached
+SMALL_PIECE_FRACTION = 4
 #: seconds after falling back to the origin before the cache tier is probed again
 TIER_RETRY = 60.0
 #: seconds a cache tier may stay silent (connect or read) before it is taken as down; the
@@ -477,7 +479,10 @@ class RemoteChunkSource:
     def stream_range(self, xorb_hash: bytes, lo: int, hi: int) -> Future[Segment]:
         """Decoded bytes ``[lo, hi)`` for a caller that writes them out once (checkout,
         clone): from the cache when it has them, else fetched on the pool without being
-        cached. The result's :meth:`Segment.views` give the bytes."""
+        cached. A small piece (a small file) is the exception: its aligned range is fetched
+        once into the cache and shared by the writers of its neighbours, so a clone of
+        thousands of small files packed in a xorb makes one request per range, not one per
+        file. The result's :meth:`Segment.views` give the bytes."""
         cached = self.cache.read(xorb_hash, self.layout(xorb_hash), lo, hi)
         if cached is not None:
             done: Future[Segment] = Future()
@@ -486,6 +491,10 @@ class RemoteChunkSource:
         if self.offline:
             raise CacheMissError(
                 f"xorb {to_hex(xorb_hash)} bytes {lo}..{hi} are not cached (offline)"
+            )
+        if hi - lo <= self.unit // SMALL_PIECE_FRACTION and self._aligned(xorb_hash):
+            return self._executor().submit(
+                lambda: Segment(lo, [self.fetch_range(xorb_hash, lo, hi, sequential=True)])
             )
         lay = self.layout(xorb_hash)
         c0, c1 = lay.chunk_span(lo, hi)

@@ -6,6 +6,7 @@ import io
 import random
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,13 @@ def test_small_files_sharing_a_xorb_take_its_chunk_list_once(tmp_path: Path) -> 
         src = RemoteChunkSource(client, cache, str(tmp_path / "shards"))
         blocks: list[int] = []
         locations: list[bytes] = []
+        ranges: list[tuple[int, int]] = []
         get_shard, get_location = client.get_file_shard, client.xorb_location
+        get_range = client.fetch_xorb_range
+
+        def counting_range(url: str, start: int, end: int, into: Any = None) -> bytearray:
+            ranges.append((start, end))
+            return get_range(url, start, end, into)
 
         def counting_shard(fh: bytes, *, with_xorbs: bool = True) -> Shard:
             got = get_shard(fh, with_xorbs=with_xorbs)
@@ -133,13 +140,20 @@ def test_small_files_sharing_a_xorb_take_its_chunk_list_once(tmp_path: Path) -> 
 
         client.get_file_shard = counting_shard  # type: ignore[method-assign]
         client.xorb_location = counting_location  # type: ignore[method-assign]
-        for fh, data in zip(hashes, files, strict=True):
+        client.fetch_xorb_range = counting_range  # type: ignore[method-assign]
+
+        def copy(fh: bytes) -> bytes:
             out = io.BytesIO()
             FileReader(src, fh).copy_to(out)
-            assert out.getvalue() == data
+            return out.getvalue()
+
+        with ThreadPoolExecutor(8) as pool:  # eight writers, as a clone runs them
+            assert list(pool.map(copy, hashes)) == files
         assert blocks == [0] * len(files)  # no file brought the xorb's chunk list
         assert locations == [sx.hash]  # the one place it came from
-        assert src.warm(hashes) == sum(map(len, files))  # into the node cache
+        # the whole xorb (0.5 MB) is one aligned range: one request for the 120 files
+        assert ranges == [(0, len(sx.body) - 1)]
+        assert src.warm(hashes) == 0  # and it is in the node cache
         src.close()
     # the server is gone: a new source reads the cached data from the node cache alone
     offline = RemoteChunkSource(client, cache, str(tmp_path / "shards"), offline=True)
