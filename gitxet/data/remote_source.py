@@ -660,7 +660,7 @@ class RemoteChunkSource:
         else:  # pragma: no cover - the loop either breaks or raises
             raise XorbNotFoundError(hx)
         try:
-            chunks = xorbfmt.decode_chunk_views(raw, expected_count=fce - fcs)
+            chunks = xorbfmt.decode_chunk_views(memoryview(raw), expected_count=fce - fcs)
         except FormatError as e:
             raise IntegrityError(
                 "xorb", hx, f"chunks {fcs}..{fce} unreadable ({e.reason})"

@@ -54,7 +54,7 @@ from gitxet.errors import (
 from gitxet.formats.xorb import frame_plain, plain_offsets
 from gitxet.hashing import from_hex, to_hex
 from gitxet.remote import protocol as p
-from gitxet.remote.client import CASClient, transport_error
+from gitxet.remote.client import CASClient, DataBuffer, transport_error
 from gitxet.server.backends import LocalBackend
 from gitxet.server.signing import KEY_OBJECT, UrlSigner, load_or_create_key
 from gitxet.util.lru import LRUCache
@@ -134,8 +134,8 @@ class _OriginData(CASClient):
         return k.origin
 
     def fetch_xorb_range(
-        self, url: str, start: int, end: int, into: bytearray | None = None
-    ) -> bytearray:
+        self, url: str, start: int, end: int, into: DataBuffer | None = None
+    ) -> DataBuffer:
         buf = super().fetch_xorb_range(url, start, end, into)
         self._stats.add(origin_requests=1, origin_bytes=len(buf))
         return buf
