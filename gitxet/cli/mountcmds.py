@@ -8,12 +8,15 @@ import signal
 import sys
 import threading
 from dataclasses import asdict
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gitxet.cli import _json
 from gitxet.settings import strip_credentials, url_token
+
+if TYPE_CHECKING:
+    from gitxet.dataset import HttpAccess
 
 DEFAULT_WATCH = "10s"  # how often a watched mount polls its branch (--watch without a value)
 
@@ -208,10 +211,8 @@ def mount_cmd(
     if token_file is not None:
         token_file = os.path.abspath(token_file)  # the daemon runs in /
     cache = (cache_dir, cache_size, offline, prefetch, cas_url, token_file)
-    if fuse_takeover is not None:
-        # a serving process started by the supervisor: the mount exists already (and a stat
-        # of it would wait for this very process)
-        require_mount()
+
+    def serve_fuse(takeover: str | None) -> None:
         _mountd.serve_fuse(
             repo,
             commit,
@@ -222,9 +223,27 @@ def mount_cmd(
             read_around,
             metrics,
             metrics_file,
-            fuse_takeover,
+            takeover,
             watch=interval,
         )
+
+    def access() -> HttpAccess:
+        from gitxet.cli._env import http_access
+
+        return http_access(
+            cache_dir,
+            cache_size,
+            offline=offline,
+            prefetch=prefetch,
+            cas_url=cas_url,
+            token_file=token_file,
+        )
+
+    if fuse_takeover is not None:
+        # a serving process started by the supervisor: the mount exists already (and a stat
+        # of it would wait for this very process)
+        require_mount()
+        serve_fuse(fuse_takeover)
         return
     dead = _dead_mount(mnt)
     if dead is None:
@@ -233,33 +252,16 @@ def mount_cmd(
         require_mount()
     if dead is not None:
         # a dead mount of the same repo and commit is repaired: detached, then mounted anew
-        from gitxet.cli._env import http_access
         from gitxet.dataset import open_dataset
 
-        access = http_access(
-            cache_dir,
-            cache_size,
-            offline=offline,
-            prefetch=prefetch,
-            cas_url=cas_url,
-            token_file=token_file,
-        )
-        sha = open_dataset(repo, access).resolve(commit)
+        sha = open_dataset(repo, access()).resolve(commit)
         _repair_dead(mnt, dead, repo, commit if interval is not None else sha, nonempty)
     if not foreground and not nfs:
         # the daemon opens the commit itself: here only check that repo and commit resolve
-        from gitxet.cli._env import http_access
         from gitxet.dataset import open_dataset
 
-        access = http_access(
-            cache_dir,
-            cache_size,
-            offline=offline,
-            prefetch=prefetch,
-            cas_url=cas_url,
-            token_file=token_file,
-        )
-        ds = open_dataset(repo, access)
+        daemon_access = access()
+        ds = open_dataset(repo, daemon_access)
         sha = ds.resolve(commit)
         if interval is not None:
             _check_branch(commit, sha)
@@ -267,7 +269,7 @@ def mount_cmd(
         typer.echo(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}", err=True)
         # The token the user put in the URL stays out of the daemon's argv: the daemon gets
         # the clean URL and the token through its environment.
-        token = access.token_for(repo) if url_token(repo) else None
+        token = daemon_access.token_for(repo) if url_token(repo) else None
         daemon = _mountd.Daemon(
             _location(repo),
             sha,
@@ -299,19 +301,7 @@ def mount_cmd(
         finally:
             fs.close()
         return
-    _mountd.serve_fuse(
-        repo,
-        commit,
-        mnt,
-        subdir,
-        cache,
-        allow_other,
-        read_around,
-        metrics,
-        metrics_file,
-        None,
-        watch=interval,
-    )
+    serve_fuse(None)
 
 
 def _watch_interval(watch: str | None, nfs: bool) -> float | None:

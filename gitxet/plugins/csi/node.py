@@ -158,15 +158,7 @@ class NodeService:
                 log.info(
                     "volume %s: the mount at %s is gone; mounting again", req.volume_id, target
                 )
-            spec = MountSpec(
-                repo=req.repo,
-                commit=req.commit,
-                subdir=req.subdir,
-                token=req.token,
-                cache_size=req.cache_size,
-                prefetch=req.prefetch,
-                cas=req.cas,
-            )
+            spec = _spec(req)
             try:
                 validate_spec(spec, target)
             except MountSpecError as exc:
@@ -204,15 +196,7 @@ class NodeService:
     def _refresh_token(self, req: PublishRequest, target: str) -> None:
         """A republish (kubelet, ``requiresRepublish``) of a live volume: hand the mount
         the secret's current token, which its daemon picks up without unmounting."""
-        spec = MountSpec(
-            repo=req.repo,
-            commit=req.commit,
-            subdir=req.subdir,
-            token=req.token,
-            cache_size=req.cache_size,
-            prefetch=req.prefetch,
-            cas=req.cas,
-        )
+        spec = _spec(req)
         try:
             validate_spec(spec, target)
             self.mounter.mount(spec, target, timeout=self.config.mount_timeout)
@@ -484,3 +468,16 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
                 node_id=cfg.node_id, max_volumes_per_node=cfg.max_volumes_per_node
             ),
         )
+
+
+def _spec(req: PublishRequest) -> MountSpec:
+    """What the mounter mounts for a publish request."""
+    return MountSpec(
+        repo=req.repo,
+        commit=req.commit,
+        subdir=req.subdir,
+        token=req.token,
+        cache_size=req.cache_size,
+        prefetch=req.prefetch,
+        cas=req.cas,
+    )
