@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import subprocess
 import tempfile
+import weakref
 from collections.abc import Generator, Sequence
 from typing import IO, NamedTuple
 
@@ -19,6 +21,7 @@ __all__ = [
     "READ_CHUNK",
     "GitArg",
     "PathArg",
+    "PipedGit",
     "Result",
     "fail",
     "first_line",
@@ -115,6 +118,60 @@ def run_git(
     if check and result.returncode != 0:
         raise fail(args, result, cwd)
     return result.stdout
+
+
+def _stop(proc: subprocess.Popen[bytes], err: IO[bytes]) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        if proc.stdin is not None:
+            proc.stdin.close()  # git ends when its input does
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for f in (proc.stdout, err):
+        with contextlib.suppress(OSError, ValueError):
+            if f is not None:
+                f.close()
+
+
+class PipedGit:
+    """One long-lived ``git *args`` fed on ``stdin`` and read on ``stdout``, its stderr kept
+    in a temp file (a pipe nobody reads could fill and stall git) for the error message.
+    ``close()`` stops it; one forgotten is stopped when collected or at exit."""
+
+    def __init__(self, args: Sequence[str], cwd: PathArg | None) -> None:
+        self.args = list(args)
+        err = tempfile.TemporaryFile()  # noqa: SIM115 - closed by _stop
+        try:
+            self.proc = subprocess.Popen(
+                ["git", *self.args],
+                cwd=cwd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+            )
+        except OSError as exc:
+            err.close()
+            raise spawn_error(self.args, exc) from exc
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin: IO[bytes] = self.proc.stdin
+        self.stdout: IO[bytes] = self.proc.stdout
+        self._err = err
+        self._stop = weakref.finalize(self, _stop, self.proc, err)
+
+    def died(self) -> GitError:
+        """The error to raise when git stopped answering: its exit code and first line."""
+        self.proc.poll()
+        self._err.seek(0)
+        code = self.proc.returncode
+        return GitCommandError(
+            self.args, -1 if code is None else code, first_line(self._err.read(64 * 1024))
+        )
+
+    def close(self) -> None:
+        """Stop the git process (end its input, wait, kill if it does not end)."""
+        self._stop()
 
 
 def no_option(value: str, what: str) -> str:

@@ -17,8 +17,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, TYPE_CHECKING, NamedTuple
 
-from gitxet.errors import GitCommandError, GitError, GitObjectNotFoundError
-from gitxet.git._runner import READ_CHUNK, PathArg, Result, fail, first_line, spawn_error
+from gitxet.errors import GitError, GitObjectNotFoundError
+from gitxet.git._runner import READ_CHUNK, PathArg, PipedGit, Result, fail, spawn_error
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -142,34 +142,11 @@ def _read_content(stdout: IO[bytes], size: int, max_size: int) -> bytes | None:
     return data[:-1]
 
 
-class _BatchProcess:
-    """One long-lived ``git cat-file --batch[-check]`` with stderr kept in a temp file."""
+class _BatchProcess(PipedGit):
+    """One long-lived ``git cat-file --batch[-check]``."""
 
     def __init__(self, cwd: PathArg, mode: str, *, buffer: bool = False) -> None:
-        # Lives as long as the process; closed in close().
-        self._err = tempfile.TemporaryFile()  # noqa: SIM115
-        self._args = ["cat-file", mode, *(["--buffer"] if buffer else [])]
-        try:
-            self.proc = subprocess.Popen(
-                ["git", *self._args],
-                cwd=cwd,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self._err,
-            )
-        except OSError as exc:
-            self._err.close()
-            raise spawn_error(self._args, exc) from exc
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.stdin: IO[bytes] = self.proc.stdin
-        self.stdout: IO[bytes] = self.proc.stdout
-
-    def died(self) -> GitError:
-        self.proc.poll()
-        self._err.seek(0)
-        stderr = self._err.read(64 * 1024)
-        code = self.proc.returncode
-        return GitCommandError(self._args, -1 if code is None else code, first_line(stderr))
+        super().__init__(["cat-file", mode, *(["--buffer"] if buffer else [])], cwd)
 
     def ask(self, name: str) -> ObjectInfo | None:
         """Send one request; parse the header. ``None`` when git says missing/ambiguous."""
@@ -245,19 +222,6 @@ class _BatchProcess:
     def skip(self, n: int) -> None:
         while n > 0:
             n -= len(self.read_exact(min(n, READ_CHUNK)))
-
-    def close(self) -> None:
-        try:
-            self.stdin.close()
-        except OSError:  # git already gone
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.stdout.close()
-        self._err.close()
 
 
 #: requests written before their answers are read (~50-byte commands: ~25 KB, below a pipe's
