@@ -36,7 +36,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 from gitxet.errors import (
     ConfigError,
@@ -331,8 +331,25 @@ def _lfs_objects_dir(repo: XetRepo) -> Path:
     return base / "objects"
 
 
-class _Rewriter:
-    """Reads fast-export's stream, writes fast-import's, converting selected blobs."""
+class FileModify(NamedTuple):
+    """One ``M <mode> <oid> <path>`` line of fast-export's stream, split."""
+
+    mode: bytes
+    oid: str
+    token: bytes  # the path as the stream wrote it (maybe quoted): written back as it is
+    path: bytes
+
+
+def with_block(old: bytes, block: bytes) -> bytes:
+    """``old`` (a ``.gitattributes``) with ``block`` appended, unless it already ends so."""
+    if old.endswith(block):
+        return old
+    return old + (b"\n" if old and not old.endswith(b"\n") else b"") + block
+
+
+class StreamRewriter:
+    """What the import and the export rewriters share: their inputs, and the split of a
+    filemodify line."""
 
     def __init__(
         self,
@@ -347,6 +364,32 @@ class _Rewriter:
         self.cat = cat
         self.result = result
         self.progress = progress
+
+    @staticmethod
+    def split_filemodify(line: bytes) -> FileModify | None:
+        """The parts of ``M <mode> <oid> <path>``; None for a mode that is no regular file
+        (symlinks, submodules: never content a migration converts)."""
+        parts = line[:-1].split(b" ", 3)
+        if len(parts) != 4:
+            raise GitError(f"fast-export: malformed filemodify {line[:200]!r}")
+        _, mode, ref, token = parts
+        if mode not in (b"100644", b"100755", b"644", b"755"):
+            return None
+        return FileModify(mode, ref.decode("ascii", "replace"), token, _unquote_path(token))
+
+
+class _Rewriter(StreamRewriter):
+    """Reads fast-export's stream, writes fast-import's, converting selected blobs."""
+
+    def __init__(
+        self,
+        repo: XetRepo,
+        selector: PathSelector,
+        cat: process.CatFile,
+        result: MigrateResult,
+        progress: Progress | None,
+    ) -> None:
+        super().__init__(repo, selector, cat, result, progress)
         self.lfs_dir = _lfs_objects_dir(repo)
         self.block = selector.attributes_block()
         # blob id -> new content (a pointer, or small LFS content) or an LFS oid to re-read
@@ -456,10 +499,7 @@ class _Rewriter:
         if info.size > MAX_ATTRIBUTES_SIZE:
             raise GitError(f".gitattributes blob {oid} has {info.size} bytes, over the limit")
         _, old = self.cat.read(oid, max_size=MAX_ATTRIBUTES_SIZE)
-        if old.endswith(self.block):
-            new = old
-        else:
-            new = old + (b"\n" if old and not old.endswith(b"\n") else b"") + self.block
+        new = with_block(old, self.block)
         self.attributes[oid] = new
         return new
 
@@ -537,15 +577,11 @@ class _Rewriter:
     def _filemodify(self, line: bytes, dst: IO[bytes]) -> str | None:
         """Handle ``M <mode> <oid> <path>``; the name of the top-level rules file
         (``.gitattributes``, ``.xetconfig``) it replaced, if it was one."""
-        parts = line[:-1].split(b" ", 3)
-        if len(parts) != 4:
-            raise GitError(f"fast-export: malformed filemodify {line[:200]!r}")
-        _, mode, ref, token = parts
-        path = _unquote_path(token)
-        if mode not in (b"100644", b"100755", b"644", b"755"):
-            dst.write(line)  # symlinks, submodules: never content we convert
+        fm = self.split_filemodify(line)
+        if fm is None:
+            dst.write(line)
             return None
-        oid = ref.decode("ascii", "replace")
+        mode, oid, token, path = fm
         if path == b".gitattributes":
             _write_inline(dst, mode, token, self.attributes_for(oid))
             return ".gitattributes"

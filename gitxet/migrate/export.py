@@ -32,12 +32,13 @@ from gitxet.migrate import (
     MigrateOptions,
     MigrateResult,
     Progress,
+    StreamRewriter,
     _copy_data,
     _resolve_refs,
-    _unquote_path,
     _write_inline,
     check_clean,
     rewrite_history,
+    with_block,
 )
 from gitxet.repo.pointers import try_pointer
 from gitxet.repo.repository import XetRepo
@@ -71,7 +72,7 @@ def export_block(selector: PathSelector) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-class _Exporter:
+class _Exporter(StreamRewriter):
     def __init__(
         self,
         repo: XetRepo,
@@ -80,11 +81,7 @@ class _Exporter:
         result: MigrateResult,
         progress: Progress | None,
     ) -> None:
-        self.repo = repo
-        self.selector = selector
-        self.cat = cat
-        self.result = result
-        self.progress = progress
+        super().__init__(repo, selector, cat, result, progress)
         self.blobs: dict[str, str | None] = {}  # pointer blob id -> content blob id (None: keep)
         # only a whole export drops the rules: with -I/-X the other pointers still need them
         self.whole = not (selector.include or selector.exclude)
@@ -133,12 +130,7 @@ class _Exporter:
         exported paths out of the filter (later lines win), so they stay plain."""
         if oid not in self.attributes:
             _, old = self.cat.read(oid, max_size=MAX_ATTRIBUTES_SIZE)
-            if self.whole:
-                new = plain_attributes(old)
-            elif old.endswith(self.block):
-                new = old
-            else:
-                new = old + (b"\n" if old and not old.endswith(b"\n") else b"") + self.block
+            new = plain_attributes(old) if self.whole else with_block(old, self.block)
             self.attributes[oid] = new
         return self.attributes[oid]
 
@@ -160,15 +152,11 @@ class _Exporter:
                 dst.write(line)
 
     def _filemodify(self, line: bytes, dst: IO[bytes]) -> None:
-        parts = line[:-1].split(b" ", 3)
-        if len(parts) != 4:
-            raise GitError(f"fast-export: malformed filemodify {line[:200]!r}")
-        _, mode, ref, token = parts
-        path = _unquote_path(token)
-        if mode not in (b"100644", b"100755", b"644", b"755"):
+        fm = self.split_filemodify(line)
+        if fm is None:
             dst.write(line)
             return
-        oid = ref.decode("ascii", "replace")
+        mode, oid, token, path = fm
         if path == XETCONFIG.encode() and self.whole:
             dst.write(b"D " + token + b"\n")
             return
