@@ -511,6 +511,7 @@ class HttpAccess:
                 read_ahead=settings.prefetch_bytes,
                 cas_url=settings.cas_url,
                 rotating=settings.token_file is not None,
+                tier_timeout=settings.tier_timeout,
             )
             return build(url)
 

@@ -39,6 +39,7 @@ TOKEN_ENV = "GITXET_TOKEN"
 TOKEN_FILE_ENV = "GITXET_TOKEN_FILE"
 LAZY_ENV = "GITXET_LAZY"
 CAS_URL_ENV = "GITXET_CAS_URL"
+TIER_TIMEOUT_ENV = "GITXET_TIER_TIMEOUT"
 
 #: Every variable of this module: (name, what it sets, its default). docs/cli.md's
 #: "Configuration" section is generated from this table.
@@ -69,10 +70,19 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
         "repository's CAS; git traffic and pushes still go to the origin",
         "none",
     ),
+    (
+        TIER_TIMEOUT_ENV,
+        "how long a cache tier may stay silent (connect or read) before a reader takes it as "
+        "down and reads from the origin (a duration)",
+        "`30s`",
+    ),
 )
 
 TOKEN_FILE_MAX_BYTES = 64 * 1024  # a token file holds one line; refuse anything bigger
 DEFAULT_PREFETCH_BYTES = 128 << 20  # largest read-ahead window of sequential remote readers
+# seconds a cache tier may stay silent before it is taken as down: long, so that a busy tier
+# (a first byte waits for its 8 MiB range to come from the origin) is not taken for a dead one
+DEFAULT_TIER_TIMEOUT = 30.0
 KEYRING_SERVICE = "gitxet"  # keyring entries: service "gitxet", user scheme://host[:port]
 TOKEN_USERNAME = "gitxet"  # the user name sent with a token in HTTP Basic auth
 
@@ -129,6 +139,10 @@ def check_cas_url(url: str) -> str:
 
 def _size(text: str | None, default: int) -> int:
     return default if not text else parse_size(text)
+
+
+def _duration(text: str | None, default: float) -> float:
+    return default if not text else parse_duration(text)
 
 
 def is_size(text: str) -> bool:
@@ -404,6 +418,9 @@ class Settings:
     cas_url: str | None = None
     #: a file holding the token (``--token-file``, ``GITXET_TOKEN_FILE``), or None
     token_file: TokenFile | None = field(default=None, compare=False, repr=False)
+    #: seconds the cache tier may stay silent before it is taken as down
+    #: (``GITXET_TIER_TIMEOUT``)
+    tier_timeout: float = DEFAULT_TIER_TIMEOUT
 
     @classmethod
     def load(
@@ -423,7 +440,7 @@ class Settings:
         ``os.environ``), else the defaults.
 
         Raises:
-            ConfigError: a malformed size or cache tier URL.
+            ConfigError: a malformed size, duration or cache tier URL.
         """
         e = os.environ if env is None else env
         tier = cas_url or e.get(CAS_URL_ENV) or None
@@ -438,6 +455,7 @@ class Settings:
             use_keyring=use_keyring,
             cas_url=check_cas_url(tier) if tier else None,
             token_file=TokenFile(tf) if tf else None,
+            tier_timeout=_duration(e.get(TIER_TIMEOUT_ENV), DEFAULT_TIER_TIMEOUT),
         )
 
     def with_token(self, token: str | None) -> Settings:

@@ -25,8 +25,8 @@ smudge filter, ``git xet checkout`` and ``git xet clone``) reads through
 Through a cache tier (``GITXET_CAS_URL``, ``--cas-url``: a ``git xet serve --upstream``
 between the nodes and the origin) the source talks to the tier and keeps the origin's
 client as a ``fallback``: when the tier cannot be talked to at all (refused, reset, silent
-for :data:`TIER_TIMEOUT` seconds; tried twice, :data:`TIER_ATTEMPTS`; not when it *answers*
-an error), the source logs one warning and reads from the origin from then on, trying the
+for ``GITXET_TIER_TIMEOUT``, 30 s by default; tried twice, :data:`TIER_ATTEMPTS`; not when it
+*answers* an error), the source logs one warning and reads from the origin from then on, trying the
 tier again (a ``/healthz`` probe) every :data:`TIER_RETRY` seconds.
 The data is content-addressed and verified either way, so only the path changes.
 """
@@ -63,7 +63,7 @@ from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, from_hex, merkle_root, to_hex
 from gitxet.remote import protocol as p
 from gitxet.remote.client import CASClient, TokenSource
-from gitxet.settings import DEFAULT_PREFETCH_BYTES, strip_credentials
+from gitxet.settings import DEFAULT_PREFETCH_BYTES, DEFAULT_TIER_TIMEOUT, strip_credentials
 from gitxet.store.nodecache import NodeCache, cache_total
 from gitxet.util.atomic import atomic_write
 from gitxet.util.flights import Flights
@@ -88,9 +88,6 @@ FETCH_WORKERS = 8
 SMALL_PIECE_FRACTION = 4
 #: seconds after falling back to the origin before the cache tier is probed again
 TIER_RETRY = 60.0
-#: seconds a cache tier may stay silent (connect or read) before it is taken as down; the
-#: origin's client keeps the longer default
-TIER_TIMEOUT = 30.0
 #: tries of a request to a cache tier: one retry, then the origin (a tier that is down
 #: should cost a reader about a second, not the origin's patient backoff)
 TIER_ATTEMPTS = RetryPolicy(attempts=2, base_delay=0.25)
@@ -882,13 +879,16 @@ def http_remote_factory(
     read_ahead: int = MAX_WINDOW,
     cas_url: str | None = None,
     rotating: bool = False,
+    tier_timeout: float = DEFAULT_TIER_TIMEOUT,
 ) -> Callable[[str], HttpCASRemote]:
     """Build the CAS remote of an http(s) git URL: discovery, token, the shared node cache
     under ``root``. Offline, the endpoint found by an earlier online use is reused.
     ``read_ahead`` is the largest read-ahead window of sequential readers; ``cas_url`` a
     cache tier file data is read through (with the same token; the origin is the
-    fallback). ``rotating``: ``token_lookup`` may answer differently over time (a token
-    file), so it is asked before every request instead of once."""
+    fallback), which may stay silent ``tier_timeout`` seconds before it is taken as down (the
+    origin's client keeps its longer default). ``rotating``: ``token_lookup`` may answer
+    differently over time (a token file), so it is asked before every request instead of
+    once."""
 
     def make(url: str) -> HttpCASRemote:
         from gitxet.remote.client import discover
@@ -921,7 +921,7 @@ def http_remote_factory(
         client = CASClient(endpoint, live)
         reads = None
         if cas_url and not offline:
-            reads = CASClient(cas_url, live, timeout=TIER_TIMEOUT, retry=TIER_ATTEMPTS)
+            reads = CASClient(cas_url, live, timeout=tier_timeout, retry=TIER_ATTEMPTS)
         cache = open_node_cache(root, max_bytes)
         remote = HttpCASRemote(
             client, cache, os.path.join(root, "shards"), max_window=read_ahead, reads=reads

@@ -17,8 +17,8 @@ separate caches reading `xet://` paths with `cas_url=`. What is checked:
   are on its Prometheus endpoint (`--metrics`);
 * a clone through the tier of a file corrupted on the origin fails with a clear error;
 * killing the tier mid-read: readers fall back to the origin (a warning) and finish, within
-  30 s; a tier that hangs mid-read: the same, after its timeout; a tier restarted mid-read:
-  readers ask it for new locations and carry on through it.
+  30 s; a tier that hangs mid-read: the same, after its timeout (GITXET_TIER_TIMEOUT); a
+  tier restarted mid-read: readers ask it for new locations and carry on through it.
 """
 
 from __future__ import annotations
@@ -507,13 +507,20 @@ def test_a_tier_restarted_mid_read_readers_carry_on_through_it(
 
 
 def test_a_tier_that_hangs_mid_read_readers_fall_back_to_the_origin(
-    origin: Origin, commit: Commit, tier: TierProcess, tmp_path: Path
+    origin: Origin,
+    commit: Commit,
+    tier: TierProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A tier that stops answering but keeps its connections open (SIGSTOP: a wedged
-    process, a dead node whose packets vanish): each request waits TIER_TIMEOUT, is tried
-    once more, then the reader goes to the origin."""
-    from gitxet.data.remote_source import TIER_ATTEMPTS, TIER_TIMEOUT
+    process, a dead node whose packets vanish): each request waits GITXET_TIER_TIMEOUT
+    (5 s here instead of the default 30 s), is tried once more, then the reader goes to the
+    origin."""
+    from gitxet.data.remote_source import TIER_ATTEMPTS
 
+    timeout = 5.0
+    monkeypatch.setenv("GITXET_TIER_TIMEOUT", f"{timeout:g}s")
     readers = _pause_readers(tmp_path / "hang", commit, tier, origin.read, 2)
     tier.proc.send_signal(signal.SIGSTOP)
     try:
@@ -521,7 +528,7 @@ def test_a_tier_that_hangs_mid_read_readers_fall_back_to_the_origin(
     finally:
         tier.proc.send_signal(signal.SIGKILL)
         tier.proc.send_signal(signal.SIGCONT)
-    assert TIER_TIMEOUT <= took < TIER_ATTEMPTS.attempts * TIER_TIMEOUT + 30
+    assert timeout <= took < TIER_ATTEMPTS.attempts * timeout + 30
 
 
 # ---- in-process tier: authorization, integrity, single flight ------------------------------

@@ -148,6 +148,15 @@ def test_cache_tier_url() -> None:
         assert "secret" not in str(exc.value)
 
 
+def test_cache_tier_timeout() -> None:
+    assert Settings.load(env={}).tier_timeout == 30.0
+    assert Settings.load(env={"GITXET_TIER_TIMEOUT": "5s"}).tier_timeout == 5.0
+    assert Settings.load(env={"GITXET_TIER_TIMEOUT": "1500ms"}).tier_timeout == 1.5
+    for bad in ("soon", "0", "-1s"):
+        with pytest.raises(ConfigError):
+            Settings.load(env={"GITXET_TIER_TIMEOUT": bad})
+
+
 def test_token_lookup_order(memkeyring: MemoryKeyring) -> None:
     url = "http://user:from-url@h:1/data.git"
     memkeyring.set_password("gitxet", "http://h:1", "from-keyring")
