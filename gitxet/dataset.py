@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gitxet.data.reconstruct import ChunkCache, ChunkSource, Layout, Segment
-from gitxet.data.sources import LayeredSource
+from gitxet.data.sources import LayeredSource, describe_files
 from gitxet.data.transfer import CASRemote, LocalDirRemote, TransferSummary, fetch_files
 from gitxet.errors import (
     ConfigError,
@@ -312,6 +312,10 @@ class RemoteLayer:
     def file_info(self, file_hash: bytes) -> FileInfo | None:
         return self._open().file_info(file_hash)
 
+    def describe(self, file_hashes: Sequence[bytes]) -> set[bytes]:
+        """Many files' descriptions at once (:func:`~gitxet.data.sources.describe_files`)."""
+        return describe_files(self._open(), file_hashes)
+
     def layout(self, xorb_hash: bytes) -> Layout:
         if self._source is None:  # never opened: it described no file, so knows no xorb
             raise XorbNotFoundError(to_hex(xorb_hash))
@@ -423,8 +427,9 @@ def fetch_from_any(
         try:
             remote = remotes.open(name)
             src = chunk_source_of(remote)
-            if src is not None:
-                have = [h for h in missing if src.file_info(h) is not None]
+            if src is not None:  # descriptions in batches, not a request per file
+                known = describe_files(src, missing)
+                have = [h for h in missing if h in known]
                 if have and warm:
                     moved += int(src.warm(have, progress))  # type: ignore[attr-defined]
             else:

@@ -84,6 +84,8 @@ MAX_WINDOW = DEFAULT_PREFETCH_BYTES
 _MAX_XORB_ENTRIES = 16384
 #: parallel range fetches per source
 FETCH_WORKERS = 8
+#: batches of file descriptions asked for at once (:meth:`RemoteChunkSource.describe`)
+DESCRIBE_WORKERS = 4
 #: a streamed piece at most 1/this of a unit is fetched with its whole aligned range, cached
 SMALL_PIECE_FRACTION = 4
 #: seconds after falling back to the origin before the cache tier is probed again
@@ -309,6 +311,64 @@ class RemoteChunkSource:
             return info
         shard = self.file_shard(file_hash, with_xorbs=False)
         return None if shard is None else self._register(file_hash, shard)
+
+    def describe(self, file_hashes: Sequence[bytes]) -> set[bytes]:
+        """Get the descriptions of many files ahead of their readers (a clone, a checkout,
+        a listed directory): those not yet known here come in batches of
+        :data:`~gitxet.remote.protocol.MAX_FILE_SHARDS_BATCH` (``POST /v1/file-shards``, a
+        few at once), not one request per file, and are kept as :meth:`file_info` keeps
+        them. Returns the files of ``file_hashes`` that can be read from here (offline:
+        those described before). A server without the batch route is asked file by file.
+
+        Raises:
+            RemoteError: the server could not be asked, or answered nonsense.
+        """
+        known: set[bytes] = set()
+        want: list[bytes] = []
+        for h in dict.fromkeys(file_hashes):
+            with self._lock:
+                held = h in self._files
+            if held:
+                known.add(h)
+                continue
+            shard = self._cached_shard(h, True) or self._cached_shard(h, False)
+            if shard is not None and self._register(h, shard) is not None:
+                known.add(h)
+            else:
+                want.append(h)
+        if not want or self.offline:
+            return known
+        if len(want) == 1 or self._no_locations:
+            # (a server without locations must send the chunk lists: reads have no other
+            # source, and the batch route sends blocks alone)
+            return known | {h for h in want if self.file_info(h) is not None}
+        size = p.MAX_FILE_SHARDS_BATCH
+        batches = [want[i : i + size] for i in range(0, len(want), size)]
+
+        def one(batch: list[bytes]) -> set[bytes] | None:
+            blocks = self._call(lambda c: c.get_file_blocks(batch))
+            if blocks is None:
+                return None
+            for h, info in blocks.items():
+                shard = shardfmt.Shard([info], [])
+                atomic_write(
+                    self._shard_path(h, False), shardfmt.serialize_shard(shard), durable=False
+                )
+                self._register(h, shard)
+            return set(blocks)
+
+        if len(batches) == 1:
+            answers = [one(batches[0])]
+        else:
+            with ThreadPoolExecutor(
+                min(DESCRIBE_WORKERS, len(batches)), thread_name_prefix="gitxet-describe"
+            ) as pool:
+                answers = list(pool.map(one, batches))
+        for batch, got in zip(batches, answers, strict=True):
+            if got is None:  # no batch route: file by file
+                got = {h for h in batch if self.file_info(h) is not None}
+            known |= got
+        return known
 
     def _register(self, file_hash: bytes, shard: shardfmt.Shard) -> shardfmt.FileInfo | None:
         info = next((f for f in shard.files if f.file_hash == file_hash), None)
@@ -542,6 +602,8 @@ class RemoteChunkSource:
             FileNotFoundInCASError: the server does not know a file.
         """
         before = self.fetched_bytes
+        if len(file_hashes) > 1:
+            self.describe(file_hashes)  # in batches; unknown files fail below, by name
         pending: list[tuple[Future[Segment], int]] = []
         seen: set[tuple[bytes, int, int]] = set()  # a range several files share is fetched once
 

@@ -30,6 +30,16 @@ def _has_xorb(layer: ChunkSource, xorb_hash: bytes) -> bool:
     return True
 
 
+def describe_files(source: ChunkSource, file_hashes: Sequence[bytes]) -> set[bytes]:
+    """The files of ``file_hashes`` that ``source`` can read, their descriptions got ahead
+    of the readers: in batches from a source that can (a CAS server's: one request per
+    1,000 files), else one by one."""
+    batch = getattr(source, "describe", None)
+    if batch is not None:
+        return set(batch(file_hashes))
+    return {h for h in dict.fromkeys(file_hashes) if source.file_info(h) is not None}
+
+
 class LayeredSource:
     """A :class:`ChunkSource` over several sources (local stores, remote caches), tried in order.
 
@@ -71,6 +81,20 @@ class LayeredSource:
                 raise causes[0]
             return None
         raise DataUnavailableError(to_hex(file_hash), tried, causes)
+
+    def describe(self, file_hashes: Sequence[bytes]) -> set[bytes]:
+        """The files of ``file_hashes`` some layer can read, each layer asked (in batches
+        where it can) for those the layers before it do not know; a layer that fails
+        counts as knowing none (:meth:`file_info` reports it)."""
+        known: set[bytes] = set()
+        rest = list(dict.fromkeys(file_hashes))
+        for s in self.layers:
+            if not rest:
+                break
+            with contextlib.suppress(WouldBlockError, GitxetError):
+                known |= describe_files(s, rest)
+            rest = [h for h in rest if h not in known]
+        return known
 
     def _open_later(self, i: int, file_hash: bytes) -> None:
         """The file layer ``i`` describes points into xorbs it lacks (added against a CAS

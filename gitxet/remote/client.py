@@ -55,7 +55,7 @@ from gitxet.errors import (
     UnreachableError,
     XorbNotFoundError,
 )
-from gitxet.formats.shard import Shard, parse_shard
+from gitxet.formats.shard import FileInfo, Shard, parse_shard
 from gitxet.formats.xorb import verify_xorb
 from gitxet.hashing import from_hex, to_hex
 from gitxet.remote import protocol as p
@@ -522,6 +522,45 @@ class CASClient:
             return parse_shard(r.content)
         except FormatError as e:
             raise RemoteError(f"shard of {fx}: {e}") from None
+
+    def get_file_blocks(self, file_hashes: Sequence[bytes]) -> dict[bytes, FileInfo] | None:
+        """The blocks (terms, verification hashes) of those of ``file_hashes`` the server
+        knows, asked for in batches of :data:`~gitxet.remote.protocol.MAX_FILE_SHARDS_BATCH`
+        (``POST /v1/file-shards``, gitxet extension); unknown files are absent. ``None``
+        from a server without the route: ask file by file (:meth:`get_file_shard`). The
+        terms are the server's claim: a reader checks them against the file hash.
+
+        Raises:
+            RemoteError: a malformed answer, one holding a file that was not asked about,
+                or a transfer failure.
+        """
+        out: dict[bytes, FileInfo] = {}
+        hexes = [to_hex(h) for h in dict.fromkeys(file_hashes)]
+        for i in range(0, len(hexes), p.MAX_FILE_SHARDS_BATCH):
+            part = hexes[i : i + p.MAX_FILE_SHARDS_BATCH]
+            what = f"descriptions of {len(part)} files"
+            r = self._request(
+                "POST",
+                self._url(p.FILE_SHARDS),
+                what=what,
+                json_body=p.presence_request(part),
+                ok=(200, 404, 405, 501),
+            )
+            if r.status_code != 200:  # an older server, or not a gitxet server
+                return None
+            try:
+                shard = parse_shard(r.content)
+            except FormatError as e:
+                raise RemoteError(f"{what}: {e}") from None
+            asked = {from_hex(x) for x in part}
+            for info in shard.files:
+                if info.file_hash not in asked:
+                    raise RemoteError(
+                        f"malformed server response: {what}: names file "
+                        f"{to_hex(info.file_hash)}, which was not asked about"
+                    )
+                out[info.file_hash] = info
+        return out
 
     # ---- whole xorbs and chunk ranges (gitxet extension) --------------------------------
 

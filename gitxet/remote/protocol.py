@@ -56,6 +56,14 @@ SHARDS_V2 = "/v2/shards"
 #: send its chunk list 1,000 times).
 FILE_SHARD = "/v1/file-shards/{file_id}"
 FILE_SHARD_TERMS_ONLY = "xorbs=0"
+#: gitxet extension: the blocks of many files in one answer (``POST`` a JSON list of file
+#: hashes; the answer is one stored shard holding the block of each file the server knows,
+#: without xorb blocks, as ``?xorbs=0`` for one file). A clone of 20,000 small files asks
+#: for their descriptions in 20 requests instead of 20,000.
+FILE_SHARDS = "/v1/file-shards"
+#: Most file hashes in one ``POST /v1/file-shards`` (an answer stays under ~1 MB for files
+#: of a few terms; a client sends larger lists in batches of this size).
+MAX_FILE_SHARDS_BATCH = 1000
 #: gitxet extension: where a whole xorb can be fetched, with its chunk layout.
 XORB_LOCATION = "/v1/xorb-locations/{xorb}"
 #: gitxet extension: which of a list of files the CAS cannot serve (one POST for many).
@@ -501,15 +509,16 @@ def presence_request(file_hexes: list[str]) -> dict[str, Any]:
     return {"files": file_hexes}
 
 
-def parse_presence_request(doc: Any) -> list[str]:
-    """The file hashes of a presence request (server side).
+def parse_presence_request(doc: Any, limit: int = MAX_PRESENCE_BATCH) -> list[str]:
+    """The file hashes of a presence (or ``POST /v1/file-shards``) request, server side:
+    ``{"files": [hex, ...]}`` with at most ``limit`` hashes.
 
     Raises:
-        RemoteError: malformed, or more than :data:`MAX_PRESENCE_BATCH` hashes.
+        RemoteError: malformed, or more than ``limit`` hashes.
     """
-    files = _list(_obj(doc, "presence request").get("files"), "files")
-    if len(files) > MAX_PRESENCE_BATCH:
-        raise _bad("files", f"more than {MAX_PRESENCE_BATCH} hashes")
+    files = _list(_obj(doc, "files request").get("files"), "files")
+    if len(files) > limit:
+        raise _bad("files", f"more than {limit} hashes")
     return [_hex(f, "files[]") for f in files]
 
 

@@ -8,6 +8,7 @@ Routes (hashes are Xet hex; see ``docs/operations/server.md`` for the full table
 * ``POST /v1/shards`` (JSON) and ``/v2/shards`` (NDJSON frames)
 * ``GET /v1/chunks/{default|default-merkledb}/{chunk}`` (global dedup)
 * ``GET /v1/file-shards/{file}`` (gitxet extension: file block + xorb chunk lists)
+* ``POST /v1/file-shards`` (gitxet extension: the blocks of up to 1,000 files at once)
 * ``POST /v1/file-presence`` (gitxet extension: which of many files are unknown)
 * ``GET /v1/xorb-locations/{xorb}`` (gitxet extension: signed URL + chunk layout)
 * ``GET /xorb-data/default/{xorb}?exp=&sig=`` with ``Range`` (signed, no Authorization)
@@ -393,6 +394,19 @@ async def file_shard(request: Request) -> Response:
     return Response(data, media_type=p.OCTET)
 
 
+async def file_shards(request: Request) -> Response:
+    _authorize(request, "read")
+    try:
+        hexes = p.parse_presence_request(
+            await _json_body(request, 1 << 20), p.MAX_FILE_SHARDS_BATCH
+        )
+    except RemoteError as e:
+        raise HttpError(400, f"bad file-shards request: {e}") from None
+    service = _st(request).service
+    data = await run_in_threadpool(service.file_blocks, [from_hex(x) for x in hexes])
+    return Response(data, media_type=p.OCTET)
+
+
 async def xorb_location(request: Request) -> Response:
     _authorize(request, "read")
     xh = _hash_param(request, "xorb")
@@ -633,6 +647,7 @@ def create_app(state: AppState) -> ASGIApp:
         Route(p.SHARDS_V1, h(shards_v1), methods=["POST"]),
         Route(p.SHARDS_V2, h(shards_v2), methods=["POST"]),
         Route("/v1/chunks/{prefix}/{chunk}", h(dedup_chunk), methods=["GET"]),
+        Route(p.FILE_SHARDS, h(file_shards), methods=["POST"]),
         Route("/v1/file-shards/{file_id}", h(file_shard), methods=["GET"]),
         Route(p.FILE_PRESENCE, h(file_presence), methods=["POST"]),
         Route("/v1/xorb-locations/{xorb}", h(xorb_location), methods=["GET"]),

@@ -46,6 +46,8 @@ def classify(path: str) -> str:
     if path.endswith("/info/xet"):
         return "info-xet"
     parts = [p for p in path.split("/") if p]
+    if parts == ["v1", "file-shards"]:
+        return "file-shards"  # the blocks of many files (POST), not one file's shard
     for part in parts[:2]:
         if part in _CAS_OPS:
             return _CAS_OPS[part]

@@ -215,6 +215,21 @@ class CasService:
             missing = [h for h in missing if not self.index.has_file(h)]
         return missing
 
+    def file_blocks(self, file_hashes: list[bytes]) -> bytes:
+        """A stored-form shard with the blocks of the files of ``file_hashes`` that a stored
+        shard describes, and no xorb blocks (``POST /v1/file-shards``); unknown files are
+        left out. Misses wait for one index refresh, as in :meth:`missing_files`."""
+        unknown = set(self.missing_files(list(dict.fromkeys(file_hashes))))
+        files: list[shardfmt.FileInfo] = []
+        for h in dict.fromkeys(file_hashes):
+            if h in unknown:
+                continue
+            info = self.file_info(h) if h == ZERO_HASH else self.index.file_info(h)
+            if info is not None:  # (a shard removed since: left out, as unknown)
+                # without the SHA-256 metadata, as in file_shard
+                files.append(shardfmt.FileInfo(info.file_hash, info.terms, info.verification))
+        return shardfmt.serialize_stored_shard(shardfmt.Shard(files, []))
+
     def reconstruct(
         self,
         file_hash_: bytes,

@@ -5,7 +5,7 @@ Routes (the client-facing half of the server's table in ``docs/operations/server
 
 * ``GET /v1|v2/reconstructions/{file}`` (+ ``Range``), ``GET /v1/reconstructions?file_id=``
 * ``GET /v1/xorb-locations/{xorb}``, ``GET /v1/file-shards/{file}``,
-  ``POST /v1/file-presence``, ``GET /v1/chunks/{prefix}/{chunk}``
+  ``POST /v1/file-shards``, ``POST /v1/file-presence``, ``GET /v1/chunks/{prefix}/{chunk}``
 * ``GET /xorb-data/default/{xorb}?exp=&sig=`` with ``Range`` (the tier's own signed URLs)
 * ``GET /healthz``, ``GET /v1/tier-stats`` (JSON counters), ``POST /v1/telemetry``
 * uploads (``/v1/xorbs``, ``/v1/xorb-grants``, ``/v1/shards``, ...): ``405``, read-only;
@@ -205,13 +205,21 @@ async def dedup_chunk(request: Request) -> Response:
     return await _forward(request, request.url.path)
 
 
-async def file_presence(request: Request) -> Response:
+async def _small_body(request: Request) -> bytes:
     body = b""
     async for part in request.stream():
         body += part
         if len(body) > (1 << 20):
             raise _Refusal(413, "body exceeds the 1048576-byte limit")
-    return await _forward(request, p.FILE_PRESENCE, body=body)
+    return body
+
+
+async def file_presence(request: Request) -> Response:
+    return await _forward(request, p.FILE_PRESENCE, body=await _small_body(request))
+
+
+async def file_shards(request: Request) -> Response:
+    return await _forward(request, p.FILE_SHARDS, body=await _small_body(request))
 
 
 async def xorb_data(request: Request) -> Response:
@@ -338,6 +346,7 @@ def create_tier_app(state: TierState) -> ASGIApp:
         Route("/v1/reconstructions/{file_id}", h(reconstruction_v1), methods=["GET"]),
         Route("/v2/reconstructions/{file_id}", h(reconstruction_v2), methods=["GET"]),
         Route("/v1/xorb-locations/{xorb}", h(xorb_location), methods=["GET"]),
+        Route(p.FILE_SHARDS, h(file_shards), methods=["POST"]),
         Route("/v1/file-shards/{file_id}", h(file_shard), methods=["GET"]),
         Route("/v1/chunks/{prefix}/{chunk}", h(dedup_chunk), methods=["GET"]),
         Route(p.FILE_PRESENCE, h(file_presence), methods=["POST"]),

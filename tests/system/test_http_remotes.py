@@ -8,13 +8,17 @@ Issue 13: data from whichever remote has it, with an http `upstream`.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import random
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from gitxet.server.auth import TokenStore
@@ -197,3 +201,78 @@ def test_no_remote_has_it_names_the_server_without_its_token(
     assert f"upstream {shown}: does not have it" in r.stderr, r.stderr
     assert f"origin {http_fork['origin']}: does not have it" in r.stderr
     assert token not in r.stderr
+
+
+class _Requests(logging.Handler):
+    """The server's access log lines (it runs in this process) as "METHOD /path"."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+        self.mark = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        rec = json.loads(record.getMessage())
+        line = f"{rec['method']} {rec['path']}"
+        if line == "GET /healthz":
+            self.mark.set()
+        else:
+            self.lines.append(line)
+
+    def take(self, base: str) -> list[str]:
+        """The lines logged so far: a line is logged after its answer is sent, so a client
+        may be gone before it is; a request sent after the client ended is logged last."""
+        self.mark.clear()
+        assert httpx.get(f"{base}/healthz", timeout=60).status_code == 200
+        assert self.mark.wait(60)
+        lines, self.lines = self.lines, []
+        return lines
+
+
+def test_clone_of_many_small_files_asks_for_descriptions_in_batches(
+    srv: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16 over HTTP: `git xet clone` of N small files from a server gets their
+    descriptions with one POST per 1,000 files, not a GET per file, and their data with a
+    ranged GET per aligned range, not per file; `git xet checkout` of a lazy clone too."""
+    base, _ = srv
+    url = f"{base}/small.git"
+    work = new_work(tmp_path, origin=url)
+    xet("track", "*.bin", cwd=work)  # every .bin a pointer, however small
+    rnd = random.Random(17)
+    files = {
+        f"d{i % 7}/f{i:04d}.bin": rnd.randbytes(rnd.randrange(1_000, 3_000)) for i in range(400)
+    }
+    for name, data in files.items():
+        (work / name).parent.mkdir(exist_ok=True)
+        (work / name).write_bytes(data)
+    git("add", "-A", cwd=work)
+    git("commit", "-qm", "small files", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+
+    log = logging.getLogger("gitxet.server.access")
+    seen = _Requests()
+    level = log.level
+    log.addHandler(seen)
+    log.setLevel(logging.INFO)
+    try:
+        clone = tmp_path / "clone"
+        xet("clone", url, str(clone), cwd=tmp_path)
+        cloned = seen.take(base)
+        monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache2"))  # nothing cached
+        lazy = tmp_path / "lazy"
+        xet("clone", "--lazy", url, str(lazy), cwd=tmp_path)
+        xet("checkout", cwd=lazy)
+        checked_out = seen.take(base)
+    finally:
+        log.removeHandler(seen)
+        log.setLevel(level)
+    for root in (clone, lazy):
+        for name, data in files.items():
+            assert (root / name).read_bytes() == data, name
+        assert git("status", "--porcelain", cwd=root) == ""
+    for lines in (cloned, checked_out):
+        assert lines.count("POST /v1/file-shards") == 1, lines
+        assert [x for x in lines if x.startswith("GET /v1/file-shards/")] == []
+        # the 400 files (under 1.2 MB) share one xorb: a ranged GET or two, not 400
+        assert len([x for x in lines if x.startswith("GET /xorb-data/")]) <= 2, lines

@@ -15,7 +15,14 @@ import pytest
 from gitxet.data.audit import missing_files, on_remote
 from gitxet.data.reconstruct import FileReader
 from gitxet.data.remote_source import HttpCASRemote, RemoteChunkSource
-from gitxet.formats.shard import FileTerm, Shard, XorbInfo, make_file_info, upload_shard_for
+from gitxet.formats.shard import (
+    FileTerm,
+    Shard,
+    XorbInfo,
+    make_file_info,
+    parse_shard,
+    upload_shard_for,
+)
 from gitxet.formats.xorb import serialize_xorb
 from gitxet.hashing import file_hash
 from gitxet.remote.client import CASClient
@@ -186,3 +193,78 @@ def test_presence_of_many_files_is_one_request(
         assert on_remote(remote, up.file_hash) and not on_remote(remote, unknown[0])
         assert sent == ["POST file-presence"] * 3
         remote.cache.close()
+
+
+def test_descriptions_of_many_files_come_in_batches(tmp_path: Path) -> None:
+    """A clone of thousands of small files asks for their descriptions with one POST per
+    1,000 files (never a GET per file); unknown files are simply not described, the
+    descriptions are kept (offline reads), and the server refuses hostile batches."""
+    n = 2_345
+    rng = random.Random(11)
+    files = [rng.randbytes(rng.randrange(100, 400)) for _ in range(n)]
+    sx = serialize_xorb(files)  # each file is one chunk of one shared xorb
+    infos, hashes = [], []
+    for i, data in enumerate(files):
+        fh = file_hash([(sx.chunk_hashes[i], len(data))])
+        term = FileTerm(sx.hash, i, i + 1, len(data))
+        infos.append(make_file_info(fh, [term], [[sx.chunk_hashes[i]]], None))
+        hashes.append(fh)
+    shard = upload_shard_for(
+        infos, [XorbInfo.from_chunks(sx.hash, sx.chunk_hashes, sx.chunk_sizes)]
+    )
+    unknown = [bytes([i]) * 32 for i in range(1, 6)]
+    root = tmp_path / "srv"
+    write, _ = TokenStore(str(root)).create("write")
+    with (
+        BackgroundServer(ServerConfig(root=str(root), port=0)) as srv,
+        CASClient(srv.url, write) as client,
+    ):
+        client.upload_xorb(sx.hash, sx.body)
+        client.upload_shard(shard)
+        cache = NodeCache(str(tmp_path / "ranges"), 1 << 30)
+        src = RemoteChunkSource(client, cache, str(tmp_path / "shards"))
+        sent: list[str] = []
+        request = client._request
+
+        def counting(method: str, url: str, **kw: Any) -> Any:
+            sent.append(f"{method} {url.split('/v1/')[1][:11]}" if "/v1/" in url else method)
+            return request(method, url, **kw)
+
+        client._request = counting  # type: ignore[method-assign]
+        assert src.describe([*hashes, *unknown]) == set(hashes)
+        assert sorted(sent) == ["POST file-shards"] * 3  # 2,350 hashes: 3 batches
+        sent.clear()
+        assert src.describe(hashes) == set(hashes) and sent == []  # known now
+        with ThreadPoolExecutor(8) as pool:  # eight writers, as a clone runs them
+
+            def copy(fh: bytes) -> bytes:
+                out = io.BytesIO()
+                FileReader(src, fh).copy_to(out)
+                return out.getvalue()
+
+            assert list(pool.map(copy, hashes)) == files
+        assert [s for s in sent if s.startswith("GET file-shards")] == []
+        assert src.warm(hashes) == 0  # the one aligned range is cached
+        src.close()
+
+        # the server checks what it is sent: no token, too many, not hashes, not JSON
+        import httpx
+
+        url = srv.url + "/v1/file-shards"
+        auth = {"Authorization": f"Bearer {write}"}
+        too_many = {"files": [h.hex() for h in [*hashes, *hashes][:1001]]}
+        assert httpx.post(url, json={"files": []}).status_code == 401
+        assert httpx.post(url, json=too_many, headers=auth).status_code == 400
+        assert httpx.post(url, json={"files": ["zz"]}, headers=auth).status_code == 400
+        assert httpx.post(url, content=b"{", headers=auth).status_code == 400
+        r = httpx.post(url, json={"files": [unknown[0].hex()]}, headers=auth)
+        assert r.status_code == 200
+        assert parse_shard(r.content).files == []
+    # the server is gone: a new, offline source still knows every file
+    offline = RemoteChunkSource(client, cache, str(tmp_path / "shards"), offline=True)
+    assert offline.describe([*hashes, *unknown]) == set(hashes)
+    out = io.BytesIO()
+    FileReader(offline, hashes[7]).copy_to(out)
+    assert out.getvalue() == files[7]
+    offline.close()
+    cache.close()
