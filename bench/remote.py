@@ -450,7 +450,14 @@ def main() -> None:
     ap.add_argument(
         "--repeat", type=int, default=3, help="runs of each timed read (the fastest is kept)"
     )
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma list of curl,mount,fsspec,clone,cache (hf_xet always runs) (exploratory runs; "
+        "the table needs all)",
+    )
     args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
     global DROP
     DROP = not args.no_drop
     # git-xet and git's hooks come from this interpreter's environment
@@ -471,23 +478,32 @@ def main() -> None:
         def best(key: str, fn: object) -> None:
             res[key] = min(fn() for _ in range(n))  # type: ignore[operator]
 
-        print("hf_xet ...", flush=True)
+        def want(part: str) -> bool:
+            return not only or part in only
+
+        most, right, open_ms, rss = 0, False, 0.0, 0
+        print("hf_xet ...", flush=True)  # always: every ratio is against it
         best("hf_xet", b.hf_xet)
-        print("curl ...", flush=True)
-        best("curl", b.curl)
-        print("mount ...", flush=True)
-        runs = [b.mount_cold_warm() for _ in range(n)]
-        res["mount_cold"] = min(c for c, _ in runs)
-        res["mount_warm"] = min(w for _, w in runs)
-        best("embedded_warm", b.embedded_warm)
-        print("xet:// ...", flush=True)
-        best("fsspec_cold", b.fsspec_cold)
-        print("clone ...", flush=True)
-        best("clone_cold", b.clone_cold)
-        print("cache ...", flush=True)
-        open_ms = b.cache_open_ms()
-        most, right = b.cap_two_mounts()
-        rss = b.rss_kb() if b.rss else 0
+        if want("curl"):
+            print("curl ...", flush=True)
+            best("curl", b.curl)
+        if want("mount"):
+            print("mount ...", flush=True)
+            runs = [b.mount_cold_warm() for _ in range(n)]
+            res["mount_cold"] = min(c for c, _ in runs)
+            res["mount_warm"] = min(w for _, w in runs)
+            best("embedded_warm", b.embedded_warm)
+        if want("fsspec"):
+            print("xet:// ...", flush=True)
+            best("fsspec_cold", b.fsspec_cold)
+        if want("clone"):
+            print("clone ...", flush=True)
+            best("clone_cold", b.clone_cold)
+        if want("cache"):
+            print("cache ...", flush=True)
+            open_ms = b.cache_open_ms()
+            most, right = b.cap_two_mounts()
+            rss = b.rss_kb() if b.rss else 0
     finally:
         b.stop_server()
 
@@ -510,12 +526,17 @@ def main() -> None:
     print("| read | MiB/s | vs hf_xet | goal |")
     print("|---|---:|---:|---|")
     for label, key, base, goal in rows:
+        if key not in res:
+            continue
         print(f"| {label} | {speed(key):.0f} | {speed(key) / base:.2f}x | {goal} |")
-    warm_ratio = speed("mount_warm") / speed("embedded_warm")
-    print(
-        f"| `git xet mount --offline` after remount (node cache only) | "
-        f"{speed('mount_warm'):.0f} | {warm_ratio:.2f}x the embedded remount | >= 0.7x |"
-    )
+    if "mount_warm" in res:
+        warm_ratio = speed("mount_warm") / speed("embedded_warm")
+        print(
+            f"| `git xet mount --offline` after remount (node cache only) | "
+            f"{speed('mount_warm'):.0f} | {warm_ratio:.2f}x the embedded remount | >= 0.7x |"
+        )
+    if not want("cache"):
+        return
     print()
     print(f"node cache with 100,000 ranges opens in {open_ms:.1f} ms (goal <= 50 ms)")
     print(

@@ -62,7 +62,7 @@ from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, from_hex, merkle_root, to_hex
 from gitxet.remote import protocol as p
-from gitxet.remote.client import CASClient, TokenSource
+from gitxet.remote.client import BufferPool, CASClient, TokenSource
 from gitxet.settings import DEFAULT_PREFETCH_BYTES, DEFAULT_TIER_TIMEOUT, strip_credentials
 from gitxet.store.nodecache import NodeCache, cache_total
 from gitxet.util.atomic import atomic_write
@@ -189,6 +189,9 @@ class RemoteChunkSource:
         self._no_locations = has_locations is False
         self._locations_ok = has_locations is True
         self._inflight: dict[bytes, dict[tuple[int, int], _Job]] = {}
+        # ranges are received into reused mappings (a range's serialized bytes are its
+        # decoded ones plus headers: a unit and some slack), as many as were in use at once
+        self._buffers = BufferPool(unit + (1 << 20), 3 * self._workers)
         #: decoded bytes fetched from the server by this source
         self.fetched_bytes = 0
         #: called with (decoded bytes, seconds) after each fetch from the server (metrics)
@@ -710,7 +713,9 @@ class RemoteChunkSource:
                 url, fcs, fce = entry.url, entry.chunk_start, entry.chunk_end
                 start, end = entry.byte_start, entry.byte_end
             try:
-                raw = client.fetch_xorb_range(url, start, end)
+                raw = client.fetch_xorb_range(
+                    url, start, end, into=self._buffers.take(end - start + 1)
+                )
             except AuthError as e:
                 if e.status == 403 and attempt == 0:
                     continue  # the signed URL expired: ask for a fresh one

@@ -6,7 +6,8 @@ column. :class:`AdaptiveReadahead` (``cache_type="xet-readahead"``, the default 
 ahead only while reads are sequential: the window starts at 0, opens at 128 KiB on the
 second consecutive read and doubles up to the block size; any jump closes it again. So
 sequential scans make few large fetches and random reads fetch only what they ask for
-(rounded to whole chunks below, where the decoded-chunk cache keeps them).
+(rounded to whole chunks below, where the decoded-chunk cache keeps them). A read of a
+whole block or more passes through unbuffered (the chunk source reads ahead of it already).
 """
 
 from __future__ import annotations
@@ -51,6 +52,13 @@ class AdaptiveReadahead(BaseCache):  # type: ignore[misc]
             self.hit_count += 1
             return self.cache[start - self.start : stop - self.start]
         self.miss_count += 1
+        if stop - start >= self.blocksize:
+            # a read of a whole block or more is passed through: buffering it would copy
+            # every byte twice more (the chunk source reads ahead of sequential readers)
+            self.cache = b""
+            self.start = self.end = 0
+            self.window = 0
+            return self.fetcher(start, stop)
         if sequential:
             self.window = min(max(2 * self.window, MIN_WINDOW), max(self.blocksize, MIN_WINDOW))
         else:

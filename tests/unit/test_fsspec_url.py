@@ -128,3 +128,17 @@ def test_partial_hits_reuse_the_buffer_and_clamp_to_the_end() -> None:
     assert cache._fetch(len(data) - 5, len(data) + 100) == data[-5:]
     assert cache._fetch(len(data), len(data) + 1) == b""
     assert cache._fetch(None, None) == data
+
+
+def test_block_sized_reads_pass_through_unbuffered() -> None:
+    data = random.Random(2).randbytes(5 << 20)
+    rec = Recorder(data)
+    cache = AdaptiveReadahead(1 << 20, rec, len(data))
+    pos = 0
+    while pos < len(data):
+        assert cache._fetch(pos, pos + (1 << 20)) == data[pos : pos + (1 << 20)]
+        pos += 1 << 20
+    # each read fetched exactly itself: no read-ahead copied into a buffer
+    assert rec.calls == [(k << 20, (k + 1) << 20) for k in range(5)]
+    assert cache.cache == b""
+    assert cache._fetch(100, 200) == data[100:200]  # small reads buffer again

@@ -14,7 +14,7 @@ from gitxet.errors import AuthError, FileNotFoundInCASError, IntegrityError, Rem
 from gitxet.formats.shard import parse_shard
 from gitxet.hashing import to_hex
 from gitxet.remote import protocol as p
-from gitxet.remote.client import CASClient, RetryPolicy, discover
+from gitxet.remote.client import BufferPool, CASClient, RetryPolicy, discover
 from tests.helpers.server_env import DataServer, Upload, build_upload
 
 TOKEN = "gxt_000000000000_secret-token-value-that-must-not-leak-anywhere"
@@ -156,6 +156,24 @@ def test_ranged_get_reads_exactly_the_range(upload: Upload) -> None:
         assert c.fetch_xorb_range(url, 5, 14, into) is into and into == body[5:15]
         assert ds.requests[0] == ("/x?sig=SIGNATURE", f"bytes=0-{len(body) - 1}")
         c.close()
+
+
+def test_buffer_pool_reuses_a_mapping_only_once_its_views_are_gone() -> None:
+    pool = BufferPool(4 << 20, keep=2)
+    a = pool.take(3 << 20)
+    a[:4] = b"held"
+    held = a[:4]  # a reader still holds part of what was received into it
+    del a
+    b = pool.take(2 << 20)  # the first mapping is not free: a second one
+    b[:4] = b"next"
+    assert bytes(held) == b"held" and len(b) == 2 << 20
+    c = pool.take(1 << 20)  # both taken, keep=2 reached: a fresh buffer
+    assert not isinstance(c, memoryview)
+    del held
+    d = pool.take(4 << 20)  # the first is free again: reused (its bytes are still there)
+    assert isinstance(d, memoryview) and bytes(d[:4]) == b"held"
+    assert len(pool._maps) == 2
+    assert len(pool.take(5 << 20)) == 5 << 20  # larger than the capacity: its own buffer
 
 
 def test_ranged_get_resumes_after_a_broken_body(upload: Upload) -> None:
