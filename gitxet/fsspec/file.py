@@ -58,7 +58,9 @@ class AdaptiveReadahead(BaseCache):  # type: ignore[misc]
             self.cache = b""
             self.start = self.end = 0
             self.window = 0
-            return self.fetcher(start, stop)
+            self.total_requested_bytes += stop - start
+            whole: bytes = self.fetcher(start, stop)
+            return whole
         if sequential:
             self.window = min(max(2 * self.window, MIN_WINDOW), max(self.blocksize, MIN_WINDOW))
         else:
