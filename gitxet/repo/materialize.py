@@ -144,8 +144,11 @@ class Materializer:
             # one batch fetch; a file whose data cannot be had fails below, by name
             self.content.ensure_local([f.pointer for f in todo], remote, commit=head)
         lock = threading.Lock()
+        stopping = threading.Event()
 
         def advance(n: int) -> None:
+            if stopping.is_set():
+                raise _Stopped
             if progress is not None:
                 with lock:
                     progress(n)
@@ -187,21 +190,42 @@ class Materializer:
                     done[path] = st
 
         futures: dict[concurrent.futures.Future[tuple[str, os.stat_result]], str] = {}
-        with wt, concurrent.futures.ThreadPoolExecutor(n_workers, "gitxet-materialize") as pool:
-            for f in ahead.pace(ordered):  # a bounded window in flight: read-ahead keeps pace
-                while len(futures) >= 4 * n_workers:
-                    finished, _ = concurrent.futures.wait(
-                        futures, return_when=concurrent.futures.FIRST_COMPLETED
-                    )
-                    collect(finished)
-                futures[pool.submit(write_one, f)] = f.path
-            collect(list(concurrent.futures.as_completed(list(futures))))
-        written = {
-            path: [st.st_size, st.st_mtime_ns, st.st_ino, by_path[path].pointer.encode().decode()]
-            for path, st in done.items()
-        }
-        self.records.remember(written)
-        self._restat({path: (by_path[path].pointer, st) for path, st in done.items()})
+        pool = concurrent.futures.ThreadPoolExecutor(n_workers, "gitxet-materialize")
+        try:
+            with wt:
+                try:
+                    for f in ahead.pace(ordered):  # a bounded window in flight
+                        while len(futures) >= 4 * n_workers:
+                            finished, _ = concurrent.futures.wait(
+                                futures, return_when=concurrent.futures.FIRST_COMPLETED
+                            )
+                            collect(finished)
+                        futures[pool.submit(write_one, f)] = f.path
+                    collect(list(concurrent.futures.as_completed(list(futures))))
+                except BaseException:
+                    # interrupted (Ctrl-C): start no file, stop the writers at their next
+                    # write (their temp files are removed), keep what is complete
+                    stopping.set()
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    live = [fut for fut in futures if not fut.cancelled()]
+                    finished, _ = concurrent.futures.wait(live, timeout=STOP_WAIT)
+                    for fut in finished:
+                        if not fut.cancelled() and fut.exception() is None:
+                            path, st = fut.result()
+                            done[path] = st
+                    raise
+        finally:
+            pool.shutdown(wait=not stopping.is_set())
+            # what was written is recorded and restated even when the run is cut short, so
+            # git sees those files unchanged and the rest still as the pointers they are
+            written = {
+                path: [
+                    st.st_size, st.st_mtime_ns, st.st_ino, by_path[path].pointer.encode().decode()
+                ]
+                for path, st in done.items()
+            }  # fmt: skip
+            self.records.remember(written)
+            self._restat({path: (by_path[path].pointer, st) for path, st in done.items()})
         if failed:
             raise MaterializeError(sorted(failed, key=lambda item: item[0]))
         return len(done)
@@ -351,6 +375,15 @@ class ReadAhead:
                         lo, hi = self._spans[y]
                         self._cas.readahead(y, lo, hi)
             yield f
+
+
+#: Seconds an interrupted materialize waits for its writers to stop (each stops at its next
+#: write; one blocked on a server that stopped answering is abandoned).
+STOP_WAIT = 5.0
+
+
+class _Stopped(Exception):
+    """The materialize this writer works for was interrupted."""
 
 
 class _Counting(io.RawIOBase):

@@ -6,8 +6,11 @@ did not tell it otherwise)."""
 from __future__ import annotations
 
 import os
+import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -137,3 +140,41 @@ def test_store_order_and_read_ahead(setup: tuple[Materializer, Path, list[Pointe
     # the first file asks for its xorb and the next; each xorb once
     assert asked == [(b"x1", 0, 5), (b"x2", 0, 2), (b"x3", 1, 4)]
     assert ahead is not None
+
+
+def test_an_interrupted_materialize_keeps_what_it_wrote_and_stops_the_rest(
+    setup: tuple[Materializer, Path, list[Pointer]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while small.bin is being written (big.bin is done): the interrupt reaches the
+    main thread, the writer stops at its next write, its temp file goes, and big.bin's index
+    entry is restated, so git sees big.bin unchanged and small.bin still a pointer."""
+    m, repo, (big, small) = setup
+    real_write = m.content.write
+
+    def write(ptr: Pointer, out: BinaryIO, *args: object, **kw: object) -> None:
+        if ptr != small:
+            real_write(ptr, out, *args, **kw)  # type: ignore[arg-type]
+            return
+        out.write(b"the first bytes")
+        os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: to the process (its main thread)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # a writer that would go on for a minute
+            out.write(b"more")
+            time.sleep(0.001)
+
+    monkeypatch.setattr(m.content, "write", write)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            m.materialize(files(repo), workers=1)  # one writer: big.bin first (store order)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert time.monotonic() - started < 30
+    assert (repo / "d" / "big.bin").read_bytes() == BIG
+    assert (repo / "small.bin").read_bytes() == small.encode()  # still the pointer
+    assert os.listdir(repo / ".git" / "xet" / "tmp") == []  # the writer's temp file went
+    not_racy(repo)
+    assert process.stat_changed(repo) == set()  # big.bin restated, small.bin untouched
+    assert m.records.pointer_for(repo, "d/big.bin") == big.encode()
+    assert {f.path: f.materialized for f in files(repo)} == {"d/big.bin": True, "small.bin": False}
