@@ -27,6 +27,12 @@ the mount vs over a checkout, ``ls -l`` of one directory, and the daemon's peak 
 
     python bench/small_files.py [--files 20000] [--dir DIR] [--keep] [--json OUT]
     python bench/small_files.py --listing 200000 [--dir DIR]
+    python bench/small_files.py --http [--files 20000] [--dir DIR]
+
+``--http`` measures the path of a data team sharing a ``git xet serve``: push to it, clone
+from it (cold node cache) and a cold 8-thread read through a mount of a lazy clone (every
+byte over HTTP), vs ``cp -r``, local disk, and the same push and clone with a bare remote on
+disk, all in one run; the server's access log gives the requests of each step by route.
 
 Every process of the run (gitxet, git, git-lfs) runs with ``ulimit -n 1024`` (soft and
 hard; ``--nofile N`` to change it).
@@ -42,6 +48,7 @@ import os
 import random
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -492,6 +499,202 @@ def report_workflow(res: dict[str, object]) -> None:
         print("| " + " | ".join(row) + " |")
 
 
+# ---- the HTTP run -----------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Serve:
+    """A `git xet serve` on loopback (its own process), its access log counted by route."""
+
+    def __init__(self, work: Path, env: dict[str, str]) -> None:
+        srv = work / "srv"
+        out = subprocess.run(
+            ["git-xet", "token", "create", "--root", str(srv), "--scope", "write"],
+            env=env, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        self.token = next(w for w in out.split() if w.startswith("gxt_"))
+        port = free_port()
+        self.log_path = work / "serve.log"
+        self.log = open(self.log_path, "wb")  # noqa: SIM115 - the server's, until stop()
+        self.proc = subprocess.Popen(
+            ["git-xet", "serve", "--root", str(srv), "--port", str(port)],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.base = f"http://127.0.0.1:{port}"
+        self.url = f"http://bench:{self.token}@127.0.0.1:{port}/data.git"
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        sys.exit("git xet serve did not start")
+
+    def requests(self) -> dict[str, int]:
+        """Requests logged since the last call, by operation (after a /healthz marker:
+        a line is logged once its answer is sent)."""
+        import urllib.request
+
+        urllib.request.urlopen(f"{self.base}/healthz", timeout=30).read()
+        counts: dict[str, int] = {}
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            text = self.log_path.read_text(errors="replace")
+            if '"path":"/healthz"' in text[getattr(self, "_pos", 0) :]:
+                break
+            time.sleep(0.05)
+        for line in text[getattr(self, "_pos", 0) :].splitlines():
+            at = line.find('{"client"')
+            if at < 0:
+                continue
+            rec = json.loads(line[at:])
+            path = rec["path"]
+            if path == "/healthz":
+                continue
+            parts = path.split("/")
+            op = (
+                parts[2]
+                if path.startswith("/v1/")
+                else parts[1]
+                if path.startswith("/xorb-")
+                else parts[-1]
+            )
+            if path == "/v1/file-shards":
+                op = "file-shards (batch)"
+            key = f"{rec['method']} {op}"
+            counts[key] = counts.get(key, 0) + 1
+        self._pos = len(text)
+        return counts
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+        self.log.close()
+
+
+def run_http(args: argparse.Namespace, work: Path) -> dict[str, object]:
+    """Issue 16 over HTTP: push to a `git xet serve` on loopback, clone from it, and a mount
+    of a lazy clone reading over HTTP, vs `cp -r` and local disk and vs the same push and
+    clone with a bare remote on disk, in one run; requests counted from the access log."""
+    data = work / "data"
+    make_files(data, args.files, args.min_kib << 10, args.max_kib << 10)
+    rels = file_list(data)
+    total = sum((data / r).stat().st_size for r in rels)
+    print(f"{len(rels)} files, {total / MB:.0f} MB", flush=True)
+    env = sealed_env(work / "home")
+    res: dict[str, object] = {"files": len(rels), "bytes": total, "mode": "http"}
+    x = work / "runs"
+    shutil.rmtree(x, ignore_errors=True)
+    x.mkdir()
+    drop_caches()
+    res["cp"] = sh(["cp", "-r", str(data), str(x / "copy")], x, env)
+    shutil.rmtree(x / "copy")
+    drop_caches()
+    res["local_read"], _, _ = read_all(data, rels)
+    print(f"local: cp -r {res['cp']:.2f}s; cold 8-thread read {res['local_read']:.2f}s")
+
+    serve = Serve(x, env)
+    try:
+        bare, wt = x / "remote.git", x / "work"
+        sh(["git", "init", "-q", "--bare", str(bare)], x, env)
+        shutil.copytree(data, wt, ignore=shutil.ignore_patterns(".complete"))
+        sh(["git", "init", "-q", str(wt)], x, env)
+        sh(["git", "remote", "add", "origin", serve.url], wt, env)
+        sh(["git", "remote", "add", "disk", str(bare)], wt, env)
+        sh(["git-xet", "init"], wt, env)
+        sh(["git-xet", "track", "*.jpg"], wt, env)
+        sh(["git", "commit", "-q", "-m", "rules"], wt, env)
+        res["add"] = sh(["git", "add", "-A"], wt, env)
+        res["commit"] = sh(["git", "commit", "-q", "-m", "images"], wt, env)
+        serve.requests()
+        drop_caches()
+        res["http_push"] = sh(["git", "push", "-q", "origin", "main"], wt, env)
+        res["http_push_requests"] = serve.requests()
+        drop_caches()
+        res["disk_push"] = sh(["git", "push", "-q", "disk", "main"], wt, env)
+        print(
+            f"push: http {res['http_push']:.2f}s ({res['http_push_requests']}), "
+            f"bare on disk {res['disk_push']:.2f}s",
+            flush=True,
+        )
+        shutil.rmtree(wt)
+        drop_caches()
+        clone = x / "clone"
+        res["disk_clone"] = sh(["git-xet", "clone", str(bare), str(clone)], x, env)
+        shutil.rmtree(clone)
+        drop_caches()
+        env["GITXET_CACHE_DIR"] = str(x / "cache")  # a cold node cache
+        res["http_clone"] = sh(["git-xet", "clone", serve.url, str(clone)], x, env)
+        res["http_clone_requests"] = serve.requests()
+        res["http_clone_identical"] = digest_tree(clone, rels) == digest_tree(data, rels)
+        status = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=clone, env=env, capture_output=True, text=True
+        ).stdout
+        res["http_clone_clean"] = status == ""
+        print(
+            f"clone: http {res['http_clone']:.2f}s ({res['http_clone_requests']}), identical "
+            f"{res['http_clone_identical']} clean {res['http_clone_clean']}; bare on disk "
+            f"{res['disk_clone']:.2f}s",
+            flush=True,
+        )
+        shutil.rmtree(clone)
+        # a lazy clone (pointers only) mounted: every file read over HTTP, cold cache
+        lazy, mnt = x / "lazy", x / "mnt"
+        sh(["git-xet", "clone", "--lazy", serve.url, str(lazy)], x, env)
+        shutil.rmtree(x / "cache")
+        mnt.mkdir()
+        serve.requests()
+        drop_caches()
+        warm_tools(env)
+        res["http_mount_ready"] = sh(["git-xet", "mount", str(lazy), "main", str(mnt)], x, env)
+        try:
+            s, n, e = read_all(mnt, rels)
+            res["http_mount_read"], res["http_mount_errors"] = s, e
+        finally:
+            sh(["git-xet", "unmount", str(mnt)], x, env, check=False)
+        res["http_mount_requests"] = serve.requests()
+        print(
+            f"mount of a lazy clone: ready {res['http_mount_ready']:.2f}s, cold 8-thread read "
+            f"{s:.2f}s ({n / MB / s:.0f} MB/s), {e} errors, all bytes {n == total} "
+            f"({res['http_mount_requests']})",
+            flush=True,
+        )
+    finally:
+        serve.stop()
+        if not args.keep:
+            shutil.rmtree(x, ignore_errors=True)
+    return res
+
+
+def report_http(res: dict[str, object]) -> None:
+    f = {k: v for k, v in res.items() if isinstance(v, float)}
+    cp, local = f["cp"], f["local_read"]
+    print()
+    size = float(res["bytes"]) / MB  # type: ignore[arg-type]
+    print(f"| {res['files']} files, {size:.0f} MB, `git xet serve` on loopback | gitxet "
+          "| cp -r / local disk | ratio | bare remote on disk | ratio |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|")
+    for what, k, peer in (("push (s)", "push", "disk_push"), ("clone (s)", "clone", "disk_clone")):
+        v, d = f[f"http_{k}"], f[peer]
+        print(f"| {what} | {v:.2f} | {cp:.2f} | {v / cp:.2f}x | {d:.2f} | {v / d:.2f}x |")
+    m = f["http_mount_read"]
+    print(f"| mount of a lazy clone: cold 8-thread read (s) | {m:.2f} | {local:.2f} | "
+          f"{local / m:.2f}x speed | | |")  # fmt: skip
+    for k in ("http_push_requests", "http_clone_requests", "http_mount_requests"):
+        reqs = res[k]
+        assert isinstance(reqs, dict)
+        shown = ", ".join(f"{op}: {c}" for op, c in sorted(reqs.items()))
+        print(f"| {k.split('_')[1]} requests | {sum(reqs.values())} | {shown} | | | |")
+    print(f"| clone identical, clean | {res['http_clone_identical']}, "
+          f"{res['http_clone_clean']} | | | | |")  # fmt: skip
+
+
 # ---- the listing run --------------------------------------------------------------------
 
 
@@ -593,6 +796,11 @@ def main() -> int:
     ap.add_argument("--default-too", action="store_true", help="also gitxet with the default rules")
     ap.add_argument("--json", type=Path)
     ap.add_argument(
+        "--http",
+        action="store_true",
+        help="push to and clone from a `git xet serve` on loopback, mount a lazy clone",
+    )
+    ap.add_argument(
         "--nofile",
         type=int,
         default=1024,
@@ -608,6 +816,9 @@ def main() -> int:
     if args.listing:
         res = run_listing(args, work)
         report_listing(res)
+    elif args.http:
+        res = run_http(args, work)
+        report_http(res)
     else:
         res = run_workflow(args, work)
         report_workflow(res)

@@ -73,6 +73,9 @@ _INO_PERSON = b"gitxet.vfs.ino"  # blake2b personalisation: domain-separates the
 _MAX_SPOOLS = 8  # big plain blobs kept in temporary files
 _IDLE_BEFORE_STATS = 0.5  # seconds without a listing before statfs is summed in the background
 _MAX_INFOS = 1 << 16  # blob sizes/pointers remembered (a node keeps its own attributes)
+#: pointer files of a directory described together when the first of them is read from a
+#: server (one request for them all, :meth:`CommitFS._describe_around`)
+DESCRIBE_WINDOW = 1000
 
 #: What a symlink whose target no system accepts (empty, or ``PATH_MAX`` bytes or more)
 #: points to instead: a path through ``/dev/null``, which never resolves.
@@ -340,6 +343,8 @@ class CommitFS:
         self._flights = Flights()
         self._blobs = _BlobCache(blob_cache_bytes)
         self._readers: LRUCache[str, FileReader] = LRUCache(readers)  # by Xet hash (hex)
+        # (directory inode, window) whose pointer files' descriptions were asked for
+        self._described: LRUCache[tuple[int, int], bool] = LRUCache(4096)
         self._infos: LRUCache[bytes, _BlobInfo] = LRUCache(_MAX_INFOS)
         self._warned: LRUCache[bytes, bool] = LRUCache(4096)  # bad pointers, logged once
         self._hidden: LRUCache[str, bool] = LRUCache(4096)  # paths left out, logged once
@@ -896,6 +901,8 @@ class CommitFS:
             cached.release()
 
     def _read_pointer(self, node: _Node, pointer: Pointer, offset: int, size: int) -> bytes:
+        if self._readers.get(pointer.xet_hash) is None:
+            self._describe_around(node)
         try:
             reader = self._reader(pointer)
             if reader.size != pointer.size:
@@ -904,6 +911,44 @@ class CommitFS:
             return reader.read(offset, size)
         except Exception as exc:  # any failure of the source: never half-served data
             raise self._eio(node.shown, "cannot read data", exc) from exc
+
+    def _describe_around(self, node: _Node) -> None:
+        """Before the first read of a pointer file from a server: the descriptions of the
+        pointer files around it in its directory (the :data:`DESCRIBE_WINDOW` holding it),
+        in one batch, since a reader of one image reads its neighbours next: one request
+        per window instead of one per file. Only a hint: what fails is left to the reads."""
+        describe = getattr(self._source, "describe", None)
+        parent = node.parent
+        names = parent.names
+        if describe is None or self.inline_reads or names is None:
+            return
+        w = bisect.bisect_left(names, node.name) // DESCRIBE_WINDOW
+        key = (parent.ino, w)
+        with self._lock:
+            if self._described.get(key):
+                return
+
+        def run() -> None:
+            with self._lock:
+                if self._described.get(key):
+                    return  # a flight that just ended did it
+            window = parent.order[w * DESCRIBE_WINDOW : (w + 1) * DESCRIBE_WINDOW]
+            shas = [c.sha for c in window if c.kind is NodeKind.FILE]
+            infos = self._batch_infos(shas, parent.shown)
+            hashes = [
+                from_hex(i.pointer.xet_hash)
+                for i in infos.values()
+                if i.pointer is not None and i.pointer.size
+            ]
+            if len(hashes) > 1:
+                describe(hashes)
+            with self._lock:
+                self._described.put(key, True)
+
+        try:
+            self._flights.run(("describe", key), run)
+        except Exception as exc:  # a server that is down: each read reports it
+            log.debug("%s: describing its files failed: %s", parent.shown, exc)
 
     def _reader(self, pointer: Pointer) -> FileReader:
         key = pointer.xet_hash

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -229,12 +230,14 @@ class _Requests(logging.Handler):
         return lines
 
 
+@pytest.mark.fuse
 def test_clone_of_many_small_files_asks_for_descriptions_in_batches(
     srv: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 16 over HTTP: `git xet clone` of N small files from a server gets their
     descriptions with one POST per 1,000 files, not a GET per file, and their data with a
-    ranged GET per aligned range, not per file; `git xet checkout` of a lazy clone too."""
+    ranged GET per aligned range, not per file; `git xet checkout` of a lazy clone and a
+    mount reading every file of a lazy clone from the server too."""
     base, _ = srv
     url = f"{base}/small.git"
     work = new_work(tmp_path, origin=url)
@@ -264,6 +267,23 @@ def test_clone_of_many_small_files_asks_for_descriptions_in_batches(
         xet("clone", "--lazy", url, str(lazy), cwd=tmp_path)
         xet("checkout", cwd=lazy)
         checked_out = seen.take(base)
+        # a mount of a lazy clone, nothing cached: every file read from the server
+        fuse_or_skip()
+        monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache3"))
+        lazy2 = tmp_path / "lazy2"
+        xet("clone", "--lazy", url, str(lazy2), cwd=tmp_path)
+        seen.take(base)
+        mnt = tmp_path / "mnt"
+        mnt.mkdir()
+        xet("mount", str(lazy2), "main", str(mnt), cwd=tmp_path)
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                read = pool.map(lambda n: (mnt / n).read_bytes(), files)
+                got = dict(zip(files, read, strict=True))
+        finally:
+            xet("unmount", str(mnt), cwd=tmp_path, check=False)
+        assert got == files
+        mounted = seen.take(base)
     finally:
         log.removeHandler(seen)
         log.setLevel(level)
@@ -271,8 +291,9 @@ def test_clone_of_many_small_files_asks_for_descriptions_in_batches(
         for name, data in files.items():
             assert (root / name).read_bytes() == data, name
         assert git("status", "--porcelain", cwd=root) == ""
-    for lines in (cloned, checked_out):
-        assert lines.count("POST /v1/file-shards") == 1, lines
+    # (the mount asks once per directory: 7 of them)
+    for lines, batches in ((cloned, 1), (checked_out, 1), (mounted, 7)):
+        assert lines.count("POST /v1/file-shards") == batches, lines
         assert [x for x in lines if x.startswith("GET /v1/file-shards/")] == []
         # the 400 files (under 1.2 MB) share one xorb: a ranged GET or two, not 400
         assert len([x for x in lines if x.startswith("GET /xorb-data/")]) <= 2, lines
