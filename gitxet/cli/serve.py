@@ -178,10 +178,8 @@ def serve_cmd(
     )
     state = build_state(cfg)
     logging.getLogger("gitxet.server").info(
-        "serving %s on http://%s:%d (storage: %s)",
+        "serving %s (storage: %s)",
         os.path.abspath(root),
-        host,
-        port,
         state.service.backend.description,
     )
     serve(cfg, state)
@@ -222,10 +220,8 @@ def _serve_tier(
     )
     state = build_tier_state(cfg)
     logging.getLogger("gitxet.server").info(
-        "cache tier for %s on http://%s:%d (cache %s, cap %d bytes)",
+        "cache tier for %s (cache %s, cap %d bytes)",
         strip_credentials(origin),
-        host,
-        port,
         cfg.cache_dir,
         cfg.cache_bytes,
     )

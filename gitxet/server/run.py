@@ -209,6 +209,10 @@ def _own_url(sock: socket.socket) -> str:
         host = "127.0.0.1"
     elif host == "::":
         host = "::1"
+    return _http_url(host, port)
+
+
+def _http_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
@@ -245,6 +249,8 @@ def _run(
 ) -> None:
     endpoint = _serve_metrics(cfg, state)
     server = uvicorn.Server(_uvicorn_config(app, cfg))
+    # The bound port: with --port 0 it is known only now (uvicorn says nothing of it).
+    log.info("listening on %s", _http_url(*sock.getsockname()[:2]))
     try:
         server.run(sockets=[sock])
     finally:

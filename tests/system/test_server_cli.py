@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import queue
+import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -63,3 +67,43 @@ def test_serve_command(tmp_path: Path) -> None:
     assert "serving" in text and "local directory" in text
     assert f'"token":"{rec.id}"' in text and token not in text
     assert "Finished server process" in text
+
+
+def test_serve_on_port_zero_logs_the_port_it_got(tmp_path: Path) -> None:
+    """``--port 0`` picks a free port; the log must say which, or nobody can reach it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CLI, "serve", "--root", str(tmp_path / "root"), "--port", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    stderr = proc.stderr
+    assert stderr is not None
+
+    def pump() -> None:
+        for line in stderr:
+            lines.put(line)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        seen: list[str] = []
+        m = None
+        deadline = time.monotonic() + 60
+        while m is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            seen.append(line)
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)$", line.rstrip())
+        assert m, "".join(seen)
+        port = int(m.group(1))
+        assert port != 0
+        wait_port(port, 30, proc)
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").json() == {"status": "ok"}
+    finally:
+        stop_process(proc)
+        reader.join(10)  # the pipe ends with the process
+        stderr.close()
