@@ -154,8 +154,10 @@ def is_materialized(wt: WorkTree | None, path: str, ptr: Pointer) -> bool | None
             head = wt.read_head(path, MAX_POINTER_SIZE + 1)
             if head is None or try_pointer(head) is not None:
                 return False
-    except (UnsafePathError, NotADirectoryError):
-        return False  # materialize() refuses it, by name
+    except (UnsafePathError, OSError):
+        # materialize() refuses it, by name; a name the file system cannot hold (too long)
+        # or a file this user cannot read is no content either
+        return False
     return st.st_size == ptr.size
 
 

@@ -120,3 +120,20 @@ def test_read_pointer_blobs_names_a_missing_blob(repo: Path, run_git_cmd: Git) -
     ]
     with pytest.raises(GitObjectNotFoundError):
         list(read_pointer_blobs(str(repo), [("1" * 40, b"gone")]))
+
+
+def test_a_path_the_file_system_cannot_hold_is_listed_not_materialized(
+    repo: Path, run_git_cmd: Git
+) -> None:
+    """A tree may name a file whose name is longer than NAME_MAX (git checks it out with
+    "File name too long"): status, ls-files and fsck still list every pointer file."""
+    blob = run_git_cmd(repo, "rev-parse", "HEAD:b.bin").strip()
+    long = "L" * 300 + ".bin"
+    run_git_cmd(repo, "update-index", "--add", "--cacheinfo", f"100644,{blob},{long}")
+    run_git_cmd(repo, "update-index", "--add", "--cacheinfo", f"100644,{blob},d/{long}/x.bin")
+    run_git_cmd(repo, "commit", "-qm", "long names")
+    for rev in ("HEAD", None):
+        found = {f.path: f.materialized for f in pointer_files(str(repo), repo, rev)}
+        assert found == {
+            "data/a.bin": False, "b.bin": False, long: False, f"d/{long}/x.bin": False
+        }  # fmt: skip
