@@ -497,10 +497,24 @@ class RemoteChunkSource:
             if got is None:
                 self._schedule(xorb_hash, cs, ce)
         out = [
-            got if got is not None else self._get(xorb_hash, cs, ce).read(a, b)
+            got if got is not None else self._get_within(xorb_hash, cs, ce, a, b)
             for (cs, ce, a, b), got in zip(pieces, parts, strict=True)
         ]
         return out[0] if len(out) == 1 else b"".join(out)
+
+    def _get_within(self, xorb_hash: bytes, cs: int, ce: int, a: int, b: int) -> bytes:
+        """Bytes ``[a, b)`` from the aligned range of chunks ``[cs, ce)`` that holds them.
+        When that range fails verification, the chunks ``[a, b)`` need are fetched alone:
+        one bad chunk must not make its neighbours (other files packed in the same xorb)
+        unreadable. A bad chunk among those is still an ``IntegrityError``."""
+        try:
+            return self._get(xorb_hash, cs, ce).read(a, b)
+        except IntegrityError:
+            c0, c1 = self.layout(xorb_hash).chunk_span(a, b)
+            if (c0, c1) == (cs, ce):
+                raise
+            # on its own, not joined to a fetch in flight (another reader's whole range)
+            return self._fetch(xorb_hash, c0, c1, True).read(a, b)
 
     def prefetch(self, xorb_hash: bytes, lo: int, hi: int) -> None:
         """Start fetching (into the cache) the aligned ranges around ``[lo, hi)`` that are

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import random
 import threading
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 from gitxet.data.audit import missing_files, on_remote
 from gitxet.data.reconstruct import FileReader
 from gitxet.data.remote_source import HttpCASRemote, RemoteChunkSource
+from gitxet.errors import IntegrityError
 from gitxet.formats.shard import (
     FileTerm,
     Shard,
@@ -23,8 +25,8 @@ from gitxet.formats.shard import (
     parse_shard,
     upload_shard_for,
 )
-from gitxet.formats.xorb import serialize_xorb
-from gitxet.hashing import file_hash
+from gitxet.formats.xorb import SerializedXorb, serialize_xorb
+from gitxet.hashing import file_hash, to_hex
 from gitxet.remote.client import CASClient
 from gitxet.remote.protocol import XorbLocation
 from gitxet.server.auth import TokenStore
@@ -48,6 +50,24 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str,
             c.upload_xorb(up.xorb.hash, up.xorb.body)
             c.upload_shard(up.shard)
         yield srv.url, read, up
+
+
+def _packed(seed: int, n: int) -> tuple[SerializedXorb, list[bytes], list[bytes], bytes]:
+    """``n`` small files packed in one xorb, one chunk each: (xorb, files, file hashes,
+    upload shard)."""
+    rng = random.Random(seed)
+    files = [rng.randbytes(rng.randrange(2_000, 6_000)) for _ in range(n)]
+    sx = serialize_xorb(files)
+    infos, hashes = [], []
+    for i, data in enumerate(files):
+        fh = file_hash([(sx.chunk_hashes[i], len(data))])
+        term = FileTerm(sx.hash, i, i + 1, len(data))
+        infos.append(make_file_info(fh, [term], [[sx.chunk_hashes[i]]], None))
+        hashes.append(fh)
+    shard = upload_shard_for(
+        infos, [XorbInfo.from_chunks(sx.hash, sx.chunk_hashes, sx.chunk_sizes)]
+    )
+    return sx, files, hashes, shard
 
 
 @pytest.mark.parametrize("path", ["xorb locations", "reconstruction entries"])
@@ -104,18 +124,7 @@ def test_small_files_sharing_a_xorb_take_its_chunk_list_once(tmp_path: Path) -> 
     """A xorb packing many small files: each file's description is its block alone (the
     xorb's chunk list comes once, with its location), and the layout kept on disk lets a
     new, offline source read the cached data back."""
-    rng = random.Random(7)
-    files = [rng.randbytes(rng.randrange(2_000, 6_000)) for _ in range(120)]
-    sx = serialize_xorb(files)  # each file is one chunk of one shared xorb
-    infos, hashes = [], []
-    for i, data in enumerate(files):
-        fh = file_hash([(sx.chunk_hashes[i], len(data))])
-        term = FileTerm(sx.hash, i, i + 1, len(data))
-        infos.append(make_file_info(fh, [term], [[sx.chunk_hashes[i]]], None))
-        hashes.append(fh)
-    shard = upload_shard_for(
-        infos, [XorbInfo.from_chunks(sx.hash, sx.chunk_hashes, sx.chunk_sizes)]
-    )
+    sx, files, hashes, shard = _packed(7, 120)
     root = tmp_path / "srv"
     write, _ = TokenStore(str(root)).create("write")
     with (
@@ -268,3 +277,45 @@ def test_descriptions_of_many_files_come_in_batches(tmp_path: Path) -> None:
     assert out.getvalue() == files[7]
     offline.close()
     cache.close()
+
+
+def test_a_chunk_corrupted_on_the_server_fails_its_file_only(tmp_path: Path) -> None:
+    """One file's chunk corrupted in the server's storage, inside a xorb packing 120 small
+    files (one aligned range): that file fails with an IntegrityError, never wrong bytes,
+    and its neighbours still read (their chunks fetched without the bad one)."""
+    sx, files, hashes, shard = _packed(9, 120)
+    bad = 60
+    root = tmp_path / "srv"
+    write, _ = TokenStore(str(root)).create("write")
+    with (
+        BackgroundServer(ServerConfig(root=str(root), port=0)) as srv,
+        CASClient(srv.url, write) as client,
+    ):
+        client.upload_xorb(sx.hash, sx.body)
+        client.upload_shard(shard)
+        stored = root / "cas" / "xorbs" / "default" / to_hex(sx.hash)
+        with open(stored, "r+b") as f:  # the last byte of the bad file's chunk
+            f.seek(sx.byte_offsets[bad + 1] - 1)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        cache = NodeCache(str(tmp_path / "ranges"), 1 << 30)
+        src = RemoteChunkSource(client, cache, str(tmp_path / "shards"))
+
+        def copy(i: int) -> bytes | None:
+            out = io.BytesIO()
+            try:
+                FileReader(src, hashes[i]).copy_to(out)
+            except IntegrityError:
+                return None
+            return out.getvalue()
+
+        with ThreadPoolExecutor(8) as pool:  # clone's writers
+            got = list(pool.map(copy, range(len(files))))
+        assert got == [None if i == bad else data for i, data in enumerate(files)]
+        # a mount's reads (FileReader.read) take the same way
+        assert FileReader(src, hashes[bad + 1]).read(0, 1 << 20) == files[bad + 1]
+        with pytest.raises(IntegrityError):
+            FileReader(src, hashes[bad]).read(0, 1 << 20)
+        src.close()
+        cache.close()
