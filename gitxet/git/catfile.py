@@ -188,17 +188,47 @@ class _BatchProcess(PipedGit):
                 raise self.died() from None
 
         # at most two windows (~50 KB of commands) are ever unread by git: our writes
-        # never block on a full pipe while git waits for us to read
+        # never block on a full pipe while git waits for us to read. Answers are parsed
+        # out of big blocks (``read1``), not read one header and one object at a time:
+        # a listing asks this about every file of every directory.
+        buf = b""
+        pos = 0
+
+        def more(need: int) -> None:
+            """Make ``buf[pos:]`` hold at least ``need`` bytes (``need`` < 0: one more
+            block, a header's newline is not there yet)."""
+            nonlocal buf, pos
+            rest = buf[pos:]
+            pieces = [rest]
+            have = len(rest)
+            while True:
+                try:
+                    block = self.stdout.read1(max(need - have, 1 << 16))
+                except ValueError:
+                    raise self.died() from None
+                if not block:
+                    raise self.died()
+                pieces.append(block)
+                have += len(block)
+                if need < 0 or have >= need:
+                    break
+            buf, pos = b"".join(pieces), 0
+
         if windows:
             send(windows[0])
         for w, part in enumerate(windows):
             if w + 1 < len(windows):
                 send(windows[w + 1])
             for name in part:
-                header = self.stdout.readline(len(name) + 64)
-                if not header.endswith(b"\n"):
-                    raise self.died()
-                kind, _, size_text = header[:-1].partition(b" ")
+                nl = buf.find(b"\n", pos)
+                while nl < 0:
+                    if len(buf) - pos > len(name) + 64:
+                        raise self.died()
+                    more(-1)
+                    nl = buf.find(b"\n", pos)
+                header = buf[pos:nl]
+                kind, _, size_text = header.partition(b" ")
+                pos = nl + 1
                 if size_text in (b"missing", b"ambiguous"):
                     yield None, 0, None
                     continue
@@ -207,11 +237,15 @@ class _BatchProcess(PipedGit):
                 size = int(size_text)
                 data = None
                 if with_content:
-                    data = self.read_exact(size + 1)
-                    if data[-1:] != b"\n":
+                    if len(buf) - pos < size + 1:
+                        more(size + 1)
+                    data = buf[pos : pos + size]
+                    if buf[pos + size : pos + size + 1] != b"\n":
                         raise GitError("cat-file output lost its framing")
-                    data = data[:-1]
+                    pos += size + 1
                 yield kind.decode("ascii"), size, data
+        if pos != len(buf):
+            raise GitError("cat-file answered more than it was asked")
 
     def read_exact(self, n: int) -> bytes:
         data = self.stdout.read(n)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +52,20 @@ FILE_MODES = frozenset({0o100644, 0o100755, 0o100664})  # 100664: written by ver
 SUPPORTED_MODES = FILE_MODES | {MODE_DIR, MODE_LINK, MODE_GITLINK}
 _MODE_TEXT = {f"{m:o}".encode(): m for m in SUPPORTED_MODES}  # as git writes them
 
+
+def _plain_entries(sha_len: int) -> re.Pattern[bytes]:
+    # A file or directory entry whose name is ASCII without '/' or '\\' and does not start
+    # with '.', 'g' or 'G': no rule of gitxet.git.paths can refuse such a name (symlinks,
+    # and every other name, take the careful path).
+    return re.compile(
+        rb"(100644|100755|40000|160000) ([^\0/\\.gG\x80-\xff][^\0/\\\x80-\xff]*)\0(.{%d})"
+        % sha_len,
+        re.DOTALL,
+    )
+
+
+_PLAIN = {20: _plain_entries(20), 32: _plain_entries(32)}  # SHA-1, SHA-256 repositories
+
 # pack entry types (gitformat-pack)
 OBJ_COMMIT, OBJ_TREE, OBJ_BLOB, OBJ_TAG, OFS_DELTA, REF_DELTA = 1, 2, 3, 4, 6, 7
 
@@ -82,6 +97,9 @@ def parse_tree(
     Raises:
         FormatError: the tree's bytes are broken (a bad mode field, a truncated entry).
     """
+    fast = _parse_plain_tree(raw, sha_len)
+    if fast is not None:
+        return fast
     out: list[TreeRecord] = []
     seen: set[bytes] = set()
     modes = _MODE_TEXT
@@ -114,11 +132,37 @@ def parse_tree(
     return out
 
 
+def _plain_tree(raw: bytes, sha_len: int) -> list[tuple[bytes, bytes, bytes]] | None:
+    """``(mode text, name, id)`` of every entry, in C, when every entry of the tree is a
+    plain one (see :func:`_plain_entries`) and no name repeats; else None (then the
+    careful parse decides). Matches that add up to the tree's length tile it exactly, so
+    they are the entries :func:`parse_tree` would read."""
+    pattern = _PLAIN.get(sha_len)
+    if pattern is None:
+        return None
+    found: list[tuple[bytes, bytes, bytes]] = pattern.findall(raw)
+    total = (2 + sha_len) * len(found) + sum(len(m) + len(n) for m, n, _ in found)
+    if total != len(raw) or len({n for _, n, _ in found}) != len(found):
+        return None
+    return found
+
+
+def _parse_plain_tree(raw: bytes, sha_len: int) -> list[TreeRecord] | None:
+    found = _plain_tree(raw, sha_len)
+    if found is None:
+        return None
+    modes = _MODE_TEXT
+    return [TreeRecord(name, modes[mode], sha) for mode, name, sha in found]
+
+
 def count_subtrees(raw: bytes, sha_len: int) -> int:
     """How many entries of a tree are directories (trees or gitlinks) that
     :func:`parse_tree` would show: a scan, no parse (a directory's link count needs only
     this, and a listing asks it of every subdirectory). Broken bytes count what came
     before them."""
+    found = _plain_tree(raw, sha_len)
+    if found is not None:
+        return sum(1 for mode, _, _ in found if mode == b"40000" or mode == b"160000")
     count = 0
     pos, end = 0, len(raw)
     while pos < end:

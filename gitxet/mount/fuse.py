@@ -52,7 +52,7 @@ READ_THREADS = 16  # concurrent model reads (each may wait on a network fetch)
 META_THREADS = 8  # concurrent lookups / listings / readlinks, kept apart from reads
 BLOCK_SIZE = 128 * 1024  # st_blksize: the I/O size we hint to readers
 READ_AHEAD_KB = 1024  # measured ~20% faster sequential reads than the 128 KiB default
-LISTING_ENTRIES = 1 << 20  # directory entries kept listed (all directories together)
+LISTING_ENTRIES = 1 << 18  # directory entries kept listed (all directories together)
 SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get after SIGTERM before they are abandoned
 
 # trio renamed ``cancellable`` to ``abandon_on_cancel`` (0.23) and warns on the old name.
@@ -122,9 +122,9 @@ class XetFuseOperations(pyfuse3.Operations):
         # File and directory handles are the model inode itself: no per-open state, so a
         # serving process that takes over the FUSE connection (gitxet.mount.supervisor)
         # understands the handles its predecessor gave out. Listings are kept per directory
-        # (a commit's directory never changes), bounded by their entry count; only names and
-        # inode numbers (16 bytes an entry): attributes come from the model per reply.
-        self._listings: LRUCache[int, tuple[list[bytes], list[int]]] = LRUCache(
+        # (a commit's directory never changes) with their attributes, bounded by their
+        # entry count (~150 bytes an entry).
+        self._listings: LRUCache[int, tuple[list[bytes], list[Attrs]]] = LRUCache(
             LISTING_ENTRIES, weigher=lambda listing: len(listing[0]) + 1
         )
 
@@ -144,24 +144,30 @@ class XetFuseOperations(pyfuse3.Operations):
             return pyfuse3.ROOT_INODE
         return ino
 
-    def entry(self, attrs: Attrs) -> pyfuse3.EntryAttributes:
-        """``EntryAttributes`` for a model node."""
-        e = pyfuse3.EntryAttributes()
+    def entry(
+        self, attrs: Attrs, e: pyfuse3.EntryAttributes | None = None
+    ) -> pyfuse3.EntryAttributes:
+        """``EntryAttributes`` for a model node; with ``e`` (made here before, for a node of
+        the same commit) only the fields that differ between nodes are set on it."""
+        if e is None:
+            e = pyfuse3.EntryAttributes()
+            e.generation = 0
+            e.entry_timeout = self._timeout
+            e.attr_timeout = self._timeout
+            e.st_uid = self._uid
+            e.st_gid = self._gid
+            e.st_rdev = 0
+            e.st_blksize = BLOCK_SIZE
         e.st_ino = self._swap(attrs.ino)
-        e.generation = 0
-        e.entry_timeout = self._timeout
-        e.attr_timeout = self._timeout
         e.st_mode = attrs.mode
         e.st_nlink = attrs.nlink
-        e.st_uid = self._uid
-        e.st_gid = self._gid
-        e.st_rdev = 0
         e.st_size = attrs.size
-        e.st_blksize = BLOCK_SIZE
         e.st_blocks = (attrs.size + 511) // 512
-        e.st_atime_ns = attrs.mtime_ns
-        e.st_mtime_ns = attrs.mtime_ns
-        e.st_ctime_ns = attrs.mtime_ns
+        mtime = attrs.mtime_ns
+        if e.st_mtime_ns != mtime:
+            e.st_atime_ns = mtime
+            e.st_mtime_ns = mtime
+            e.st_ctime_ns = mtime
         return e
 
     def _fail(self, what: str, exc: BaseException) -> pyfuse3.FUSEError:
@@ -272,15 +278,14 @@ class XetFuseOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         return ino
 
-    def _listing(self, ino: int) -> tuple[list[bytes], list[int]]:
+    def _listing(self, ino: int) -> tuple[list[bytes], list[Attrs]]:
         # "." and ".." first; offsets are index + 1 into this list, stable because the model
         # lists a directory of an immutable commit the same way every time.
-        names = [b".", b".."]
-        inos = [ino, self.fs.parent(ino)]
-        for name, attrs in self.fs.readdir(ino):
-            names.append(name)
-            inos.append(attrs.ino)
-        return names, inos
+        listed = self.fs.readdir(ino)
+        names = [b".", b"..", *(name for name, _ in listed)]
+        attrs = [self.fs.getattr(ino), self.fs.getattr(self.fs.parent(ino))]
+        attrs.extend(a for _, a in listed)
+        return names, attrs
 
     def root_changed(self, names: Iterable[bytes]) -> None:
         """The commit behind the root changed (a watched mount, ``gitxet.mount.follow``):
@@ -309,14 +314,13 @@ class XetFuseOperations(pyfuse3.Operations):
             # calls, and re-listing it on every call would be quadratic.
             listing = await self._offload(self._meta_limiter, f"readdir {fh}", self._listing, fh)
             self._listings.put(fh, listing)
-        names, inos = listing
-        getattr_ = self.fs.getattr  # memory only: the listing handed these nodes out
+        names, attrs = listing
+        # one EntryAttributes for the whole reply: readdir_reply copies it out at once
+        e: pyfuse3.EntryAttributes | None = None
+        entry, reply = self.entry, pyfuse3.readdir_reply
         for idx in range(start_id, len(names)):
-            try:
-                attrs = getattr_(inos[idx])
-            except Exception as exc:
-                raise self._fail(f"readdir {fh}", exc) from None
-            if not pyfuse3.readdir_reply(token, names[idx], self.entry(attrs), idx + 1):
+            e = entry(attrs[idx], e)
+            if not reply(token, names[idx], e, idx + 1):
                 break
 
     async def releasedir(self, fh: int) -> None:

@@ -31,8 +31,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import IO, TypeVar
+from typing import IO, NamedTuple, TypeVar
 
 from gitxet.data.reconstruct import ChunkCache, ChunkSource, FileReader
 from gitxet.errors import (
@@ -211,8 +210,7 @@ class _BlobCache:
 # ---- nodes ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _BlobInfo:
+class _BlobInfo(NamedTuple):
     """What a file blob is: its reported size and, for a pointer, the pointer."""
 
     size: int
@@ -273,10 +271,19 @@ class _Dir(_Node):
 
 def inode_number(commit_hex: str, path: bytes) -> int:
     """The inode number of ``path`` (from the repository root) in a commit, before probing."""
-    key = commit_hex.encode("ascii") + b"\0" + path
-    h = hashlib.blake2b(key, digest_size=8, person=_INO_PERSON)
-    ino = int.from_bytes(h.digest(), "big") & _INO_MASK
-    return ino if ino > ROOT_INO else ino + 2
+    return inode_numbers(commit_hex, [path])[0]
+
+
+def inode_numbers(commit_hex: str, paths: list[bytes]) -> list[int]:
+    """:func:`inode_number` of many paths (the hash state of the commit is made once)."""
+    base = hashlib.blake2b(commit_hex.encode("ascii") + b"\0", digest_size=8, person=_INO_PERSON)
+    out: list[int] = []
+    for path in paths:
+        h = base.copy()
+        h.update(path)
+        ino = int.from_bytes(h.digest(), "big") & _INO_MASK
+        out.append(ino if ino > ROOT_INO else ino + 2)
+    return out
 
 
 def _by_name(node: _Node) -> bytes:
@@ -777,7 +784,7 @@ class CommitFS:
         base = node.path
         # hash outside the lock: a directory can have 100k entries
         paths = [base + b"/" + e.name if base else e.name for e in entries]
-        numbers = [inode_number(self._commit_hex, p) for p in paths]
+        numbers = inode_numbers(self._commit_hex, paths)
         with self._lock:
             if node.names is not None:
                 return node.order

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import stat
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
 class NodeKind(enum.Enum):
@@ -24,9 +24,11 @@ class NodeKind(enum.Enum):
     SYMLINK = "symlink"
 
 
-@dataclass(frozen=True, slots=True)
-class Attrs:
-    """Attributes of one node. ``mode`` includes the type bits (``stat.S_IFREG | 0o644``)."""
+class Attrs(NamedTuple):
+    """Attributes of one node. ``mode`` includes the type bits (``stat.S_IFREG | 0o644``).
+
+    A named tuple: a listing makes one per entry, and a tuple is built several times
+    faster than a frozen dataclass."""
 
     ino: int
     kind: NodeKind

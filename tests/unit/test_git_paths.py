@@ -14,7 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gitxet.errors import FormatError
-from gitxet.git.objects import MODE_LINK, SUPPORTED_MODES, TreeRecord, parse_tree
+from gitxet.git.objects import (
+    MODE_LINK,
+    SUPPORTED_MODES,
+    TreeRecord,
+    count_subtrees,
+    parse_tree,
+)
 from gitxet.git.paths import unsafe_name, unsafe_path
 
 LINK = MODE_LINK
@@ -163,6 +169,31 @@ def test_parse_tree_keeps_exactly_the_safe_entries(entries: list[tuple[int, byte
     assert got == want
     assert len(got) + len(hidden) == len(entries)
     assert all(unsafe_name(r.name, r.mode) is None for r in got)
+
+
+# names of a few lowercase letters: most take the regex fast path, those starting with 'g'
+# (and the other names mixed in) the careful one
+_PLAIN_NAME = st.binary(min_size=1, max_size=6).map(lambda b: bytes(0x61 + c % 20 for c in b))
+_MOSTLY_PLAIN = st.tuples(
+    _MODES, st.one_of(_PLAIN_NAME, _PLAIN_NAME, _ANY_NAME), st.binary(min_size=20, max_size=20)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MOSTLY_PLAIN, max_size=12))
+def test_plain_trees_parse_and_count_like_the_careful_rule(
+    entries: list[tuple[int, bytes, bytes]],
+) -> None:
+    raw = b"".join(b"%o %s\0%s" % (mode, name, sha) for mode, name, sha in entries)
+    got = parse_tree(raw, 20, "t")
+    want, seen = [], set()
+    for mode, name, sha in entries:
+        if unsafe_name(name, mode) is None and mode in SUPPORTED_MODES and name not in seen:
+            seen.add(name)
+            want.append(TreeRecord(name, mode, sha))
+    assert got == want
+    if len({name for _, name, _ in entries}) == len(entries):  # (a repeated name counts twice)
+        assert count_subtrees(raw, 20) == sum(1 for r in got if r.mode in (0o40000, 0o160000))
 
 
 @settings(max_examples=500, deadline=None)

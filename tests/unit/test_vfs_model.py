@@ -399,7 +399,7 @@ def test_unknown_inode_of_same_commit_is_found_by_a_fresh_instance(
 def test_inode_collisions_are_probed(
     world: World, cas: LocalCAS, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(model, "inode_number", lambda commit, path: 42)
+    monkeypatch.setattr(model, "inode_numbers", lambda commit, paths: [42] * len(paths))
     with CommitFS(str(world.repo), world.c2, cas) as fs:
         tree = walk(fs)
         inos = [a.ino for a in tree.values()]
