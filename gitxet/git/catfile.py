@@ -15,7 +15,7 @@ import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import IO, TYPE_CHECKING, NamedTuple
+from typing import IO, TYPE_CHECKING, NamedTuple, cast
 
 from gitxet.errors import GitError, GitObjectNotFoundError
 from gitxet.git._runner import READ_CHUNK, PathArg, PipedGit, Result, fail, spawn_error
@@ -193,6 +193,7 @@ class _BatchProcess(PipedGit):
         # a listing asks this about every file of every directory.
         buf = b""
         pos = 0
+        reader = cast(io.BufferedReader, self.stdout)  # a pipe with default buffering
 
         def more(need: int) -> None:
             """Make ``buf[pos:]`` hold at least ``need`` bytes (``need`` < 0: one more
@@ -203,7 +204,7 @@ class _BatchProcess(PipedGit):
             have = len(rest)
             while True:
                 try:
-                    block = self.stdout.read1(max(need - have, 1 << 16))
+                    block = reader.read1(max(need - have, 1 << 16))
                 except ValueError:
                     raise self.died() from None
                 if not block:
