@@ -2,7 +2,7 @@
 not be (any process's argv, mount records and daemon logs, the caches, `git xet mounts
 --json`, `git xet env`, the captured log). Tokens are collected where they are made
 (``TokenStore.create``); tests with tokens from elsewhere call
-:func:`tests.helpers.secrets.assert_token_nowhere` themselves."""
+:func:`tests.helpers.secrets.assert_tokens_nowhere` themselves."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from gitxet.server.auth import TokenStore
 from gitxet.settings import cache_root, state_root
-from tests.helpers.secrets import assert_token_nowhere
+from tests.helpers.secrets import assert_tokens_nowhere
 
 
 @pytest.fixture(autouse=True)
@@ -34,5 +34,4 @@ def _tokens_do_not_leak(
     if not made:
         return
     dirs = [d for d in (state_root(), cache_root()) if os.path.isdir(d)]
-    for token in made:
-        assert_token_nowhere(token, paths=dirs, texts=[caplog.text], env=dict(os.environ))
+    assert_tokens_nowhere(made, paths=dirs, texts=[caplog.text], env=dict(os.environ))
