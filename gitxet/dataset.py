@@ -312,9 +312,9 @@ class RemoteLayer:
     def file_info(self, file_hash: bytes) -> FileInfo | None:
         return self._open().file_info(file_hash)
 
-    def describe(self, file_hashes: Sequence[bytes]) -> set[bytes]:
+    def describe(self, file_hashes: Sequence[bytes], *, keep: bool = True) -> set[bytes]:
         """Many files' descriptions at once (:func:`~gitxet.data.sources.describe_files`)."""
-        return describe_files(self._open(), file_hashes)
+        return describe_files(self._open(), file_hashes, keep=keep)
 
     def layout(self, xorb_hash: bytes) -> Layout:
         if self._source is None:  # never opened: it described no file, so knows no xorb
@@ -428,7 +428,7 @@ def fetch_from_any(
             remote = remotes.open(name)
             src = chunk_source_of(remote)
             if src is not None:  # descriptions in batches, not a request per file
-                known = describe_files(src, missing)
+                known = describe_files(src, missing, keep=warm)  # (kept: fetch)
                 have = [h for h in missing if h in known]
                 if have and warm:
                     moved += int(src.warm(have, progress))  # type: ignore[attr-defined]

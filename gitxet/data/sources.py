@@ -30,13 +30,15 @@ def _has_xorb(layer: ChunkSource, xorb_hash: bytes) -> bool:
     return True
 
 
-def describe_files(source: ChunkSource, file_hashes: Sequence[bytes]) -> set[bytes]:
+def describe_files(
+    source: ChunkSource, file_hashes: Sequence[bytes], *, keep: bool = True
+) -> set[bytes]:
     """The files of ``file_hashes`` that ``source`` can read, their descriptions got ahead
     of the readers: in batches from a source that can (a CAS server's: one request per
-    1,000 files), else one by one."""
+    1,000 files, kept on disk with ``keep``), else one by one."""
     batch = getattr(source, "describe", None)
     if batch is not None:
-        return set(batch(file_hashes))
+        return set(batch(file_hashes, keep=keep))
     return {h for h in dict.fromkeys(file_hashes) if source.file_info(h) is not None}
 
 
@@ -82,7 +84,7 @@ class LayeredSource:
             return None
         raise DataUnavailableError(to_hex(file_hash), tried, causes)
 
-    def describe(self, file_hashes: Sequence[bytes]) -> set[bytes]:
+    def describe(self, file_hashes: Sequence[bytes], *, keep: bool = True) -> set[bytes]:
         """The files of ``file_hashes`` some layer can read, each layer asked (in batches
         where it can) for those the layers before it do not know; a layer that fails
         counts as knowing none (:meth:`file_info` reports it)."""
@@ -92,7 +94,7 @@ class LayeredSource:
             if not rest:
                 break
             with contextlib.suppress(WouldBlockError, GitxetError):
-                known |= describe_files(s, rest)
+                known |= describe_files(s, rest, keep=keep)
             rest = [h for h in rest if h not in known]
         return known
 
