@@ -59,9 +59,10 @@ def require(extra: str) -> None:
 def describe(exc: BaseException) -> tuple[str, int]:
     """A one-line message and exit code for an exception (URL credentials removed)."""
     from gitxet.settings import redact
+    from gitxet.util.shown import one_line
 
     msg, code = _describe(exc)
-    return redact(msg), code
+    return one_line(redact(msg)), code  # a hostile tree's path: no newline, no escape codes
 
 
 def _describe(exc: BaseException) -> tuple[str, int]:

@@ -15,6 +15,7 @@ import typer
 from gitxet.cli import _json, hot, tracking
 from gitxet.cli._progress import byte_progress
 from gitxet.cli.completion import pointer_paths
+from gitxet.util.shown import shown
 
 ScopeOpt = Literal["local", "global", "system"]
 
@@ -356,7 +357,7 @@ def fsck_cmd(
     for d in missing:
         elsewhere = f"not on {asked}" if asked else "no remote asked"
         typer.echo(
-            f"missing  {d.path}: not in the local store, {elsewhere} "
+            f"missing  {shown(d.path)}: not in the local store, {elsewhere} "
             f"(xet {d.pointer.xet_hash[:16]}, {d.pointer.size:,} bytes)"
         )
     typer.echo(

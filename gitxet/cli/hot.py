@@ -18,6 +18,7 @@ from typing import Any
 
 from gitxet.cli._errors import describe
 from gitxet.cli._interrupt import exit_now, handle_signals, received
+from gitxet.util.shown import shown
 
 
 def program() -> str:
@@ -85,8 +86,8 @@ def filter_process() -> None:
         from gitxet.cli._errlog import record
 
         msg, _ = describe(exc)
-        print(f"git-xet: {command} {path}: {msg}", file=sys.stderr, flush=True)
-        record(f"{command} {path}", msg, exc)  # git xet logs
+        print(f"git-xet: {command} {shown(path)}: {msg}", file=sys.stderr, flush=True)
+        record(f"{command} {shown(path)}", msg, exc)  # git xet logs
 
     # one ingest session for the whole conversation: small files share xorbs, and the
     # store is written per batch (each staged file journaled first), not per file
@@ -241,7 +242,7 @@ def pre_receive() -> int:
         return 0
     path, ptr = bad
     print(
-        f"git-xet: push refused: {path} is a pointer to file data this repository's store "
+        f"git-xet: push refused: {shown(path)} is a pointer to file data this repository's store "
         f"does not have (xet hash {ptr.xet_hash[:16]}..., {ptr.size:,} bytes). Upload the "
         "data first: 'git xet push' from a clone that has it, then push again.",
         file=sys.stderr,

@@ -13,6 +13,7 @@ import typer
 
 from gitxet.cli import _json
 from gitxet.cli._progress import human_size, interactive
+from gitxet.util.shown import shown
 
 
 def register(app: typer.Typer) -> None:
@@ -124,7 +125,7 @@ def status_cmd(
         return
     if porcelain:
         for f in st["changes"]:
-            typer.echo(f"{f['staged'] or ' '}{f['unstaged'] or ' '} {f['path']}")
+            typer.echo(f"{f['staged'] or ' '}{f['unstaged'] or ' '} {shown(f['path'])}")
         return
     remote = st["remote"]
     where = f" (remote {remote['name']}: {remote['url']})" if remote else " (no remote)"
@@ -132,24 +133,24 @@ def status_cmd(
     if st["to_push"]:
         typer.echo(f"Large files to be pushed to {remote['name']}:")
         for p in st["to_push"]:
-            typer.echo(f"\t{p}")
+            typer.echo(f"\t{shown(p)}")
     staged = [f for f in st["changes"] if f["staged"]]
     if staged:
         typer.echo("Large files to be committed:")
         for f in staged:
-            typer.echo(f"\t{_CHANGE[f['staged']]}{f['path']}")
+            typer.echo(f"\t{_CHANGE[f['staged']]}{shown(f['path'])}")
     unstaged = [f for f in st["changes"] if f["unstaged"]]
     if unstaged:
         typer.echo("Large files not staged for commit:")
         for f in unstaged:
-            typer.echo(f"\t{_CHANGE[f['unstaged']]}{f['path']}")
+            typer.echo(f"\t{_CHANGE[f['unstaged']]}{shown(f['path'])}")
     pf = st["pointer_files"]
     typer.echo(
         f"pointer files in HEAD: {pf['total']} ({pf['materialized']} materialized, "
         f"{pf['pointers']} pointers)"
     )
     for p in st["pointers"]:
-        typer.echo(f"  pointer       {p['path']} ({p['size']:,} bytes)")
+        typer.echo(f"  pointer       {shown(p['path'])} ({p['size']:,} bytes)")
     if st["unpushed_data"] is not None:
         n = st["unpushed_data"]
         hint = " ('git xet push --all' uploads them)" if n else ""
@@ -216,12 +217,12 @@ def ls_files_cmd(
                 },
             )
         elif name_only:
-            typer.echo(path)
+            typer.echo(shown(path))
         else:
             flag = "D" if gone else "*" if materialized else "-"
-            shown = ptr.xet_hash if long else ptr.xet_hash[:12]
+            short = ptr.xet_hash if long else ptr.xet_hash[:12]
             extra = f" ({human_size(ptr.size)})" if size else ""
-            typer.echo(f"{shown} {flag} {path}{extra}")
+            typer.echo(f"{short} {flag} {shown(path)}{extra}")
 
 
 # ---- pointer -----------------------------------------------------------------------------
@@ -277,21 +278,21 @@ def pointer_cmd(
             return
         parsed = Pointer.decode(data)  # a malformed pointer: one line naming the defect
     match = None if built is None or parsed is None else built == parsed
-    shown = built or parsed
-    assert shown is not None
+    ptr_out = built or parsed
+    assert ptr_out is not None
     if as_json:
         _json.emit(
             "pointer",
             {
-                "pointer": shown.encode().decode("ascii"),
-                "sha256": shown.sha256,
-                "size": shown.size,
-                "xet_hash": shown.xet_hash,
+                "pointer": ptr_out.encode().decode("ascii"),
+                "sha256": ptr_out.sha256,
+                "size": ptr_out.size,
+                "xet_hash": ptr_out.xet_hash,
                 "matches": match,
             },
         )
     elif not check:
-        typer.echo(shown.encode().decode("ascii"), nl=False)
+        typer.echo(ptr_out.encode().decode("ascii"), nl=False)
     if match is False:
         typer.echo(
             f"git-xet: {pointer} is not the pointer of {file} (it names another content)",
@@ -309,14 +310,14 @@ def _environment() -> dict[str, Any]:
     from gitxet.settings import TOKEN_ENV, VARIABLES, Settings, redact
 
     settings = Settings.load()
-    shown: dict[str, str | None] = {}
+    variables: dict[str, str | None] = {}
     for name, _what, _default in VARIABLES:
         value = os.environ.get(name)
         if name == TOKEN_ENV and value is not None:
             value = "(set)"  # never the token
-        shown[name] = None if value is None else redact(value)
+        variables[name] = None if value is None else redact(value)
     for name in ("GITXET_TRACEBACK", "GITXET_SKIP_PREPUSH"):
-        shown[name] = os.environ.get(name)
+        variables[name] = os.environ.get(name)
     return {
         "version": gitxet.__version__,
         "chunker": chunking.IMPLEMENTATION,
@@ -325,7 +326,7 @@ def _environment() -> dict[str, Any]:
         "cache_dir": settings.cache_dir,
         "cache_size": settings.cache_bytes,
         "state_dir": settings.state_dir,
-        "variables": shown,
+        "variables": variables,
     }
 
 

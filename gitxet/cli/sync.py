@@ -10,6 +10,7 @@ import typer
 from gitxet.cli import _json
 from gitxet.cli._progress import byte_progress, human_size
 from gitxet.cli.completion import pointer_paths
+from gitxet.util.shown import shown
 
 IncludeOpt = Annotated[
     list[str] | None,
@@ -299,7 +300,7 @@ def push_cmd(
             quiet,
         )
     for d in missing:
-        _say(f"git-xet: {d.path}: data neither in the local store nor on {name}")
+        _say(f"git-xet: {shown(d.path)}: data neither in the local store nor on {name}")
     if missing:
         _say("git-xet: nothing pushed: add those files again, or fetch their data first")
         raise typer.Exit(4)
