@@ -146,18 +146,39 @@ def completions() -> dict[str, str]:
     return {path: script(shell) for shell, path in FILES.items()}
 
 
-def help_of(args: list[str]) -> str:
+_HELP_SCRIPT = r"""
+import contextlib, io, json, sys
+from gitxet.cli.app import app
+out = []
+for args in json.loads(sys.argv[1]):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.suppress(SystemExit):
+        app([*args, "--help"], prog_name="git-xet", standalone_mode=False)
+    out.append(buf.getvalue())
+sys.stdout.write(json.dumps(out))
+"""
+
+
+def help_texts(arg_lists: list[list[str]]) -> dict[tuple[str, ...], str]:
+    """``git xet ARGS --help`` of each of ``arg_lists``, rendered in one process (a fresh
+    one, so typer reads the terminal settings below, whoever runs this)."""
+    import json
+
     env = dict(
         os.environ, COLUMNS="100", TERM="dumb", NO_COLOR="1", _TYPER_FORCE_DISABLE_TERMINAL="1"
     )
     out = subprocess.run(
-        [sys.executable, "-m", "gitxet", *args, "--help"],
+        [sys.executable, "-c", _HELP_SCRIPT, json.dumps(arg_lists)],
         capture_output=True,
         text=True,
         env=env,
         check=True,
     ).stdout
-    return "\n".join(line.rstrip() for line in out.strip().splitlines())
+    texts = json.loads(out)
+    return {
+        tuple(args): "\n".join(line.rstrip() for line in text.strip().splitlines())
+        for args, text in zip(arg_lists, texts, strict=True)
+    }
 
 
 def commands() -> list[str]:
@@ -391,6 +412,8 @@ def man_pages() -> dict[str, str]:
 
 
 def render() -> str:
+    pages = [[name, *sub] for name in commands() for sub in ([], *([s] for s in subcommands(name)))]
+    help_of = help_texts([[], *pages])
     parts = [
         "# `git xet` command reference",
         "",
@@ -400,7 +423,7 @@ def render() -> str:
         "with the codes below.",
         "",
         "```text",
-        help_of([]),
+        help_of[()],
         "```",
         *EXIT_CODES,
     ]
@@ -410,10 +433,10 @@ def render() -> str:
 
     parts += documentation()
     for name in commands():
-        parts += ["", f"## `git xet {name}`", "", "```text", help_of([name]), "```"]
+        parts += ["", f"## `git xet {name}`", "", "```text", help_of[(name,)], "```"]
         for sub in subcommands(name):
             parts += ["", f"### `git xet {name} {sub}`", "", "```text"]
-            parts += [help_of([name, sub]), "```"]
+            parts += [help_of[(name, sub)], "```"]
     return "\n".join(parts) + "\n"
 
 
