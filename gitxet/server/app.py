@@ -54,6 +54,7 @@ from gitxet.formats.xorb import MAX_XORB_READ_BYTES
 from gitxet.hashing import from_hex, to_hex
 from gitxet.remote import protocol as p
 from gitxet.server.auth import TokenRecord, TokenStore, valid_repo_name
+from gitxet.server.backends import ObjectMissingError
 from gitxet.server.githttp import SERVICES, BodyTooLargeError, GitHttpBackend
 from gitxet.server.index import parse_hex, xorb_key
 from gitxet.server.service import CasService
@@ -542,6 +543,9 @@ def _exc_response(exc: Exception) -> Response:
         return _error(exc.status, exc.message, exc.headers)
     if isinstance(exc, RangeNotSatisfiableError):
         return _error(416, str(exc), {"Content-Range": f"bytes */{exc.size}"})
+    if isinstance(exc, ObjectMissingError):  # indexed, but gone from storage
+        log.error("storage lost an object: %s", exc)
+        return _error(404, str(exc))
     if isinstance(exc, (FileNotFoundInCASError, XorbNotFoundError)):
         return _error(404, str(exc))
     if isinstance(exc, (RequestRejectedError, FormatError)):

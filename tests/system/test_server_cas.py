@@ -346,3 +346,24 @@ def test_fetch_primitives_fill_a_local_store(srv: Srv, tmp_path: Path) -> None:
         raw = c.fetch_xorb_range(loc.url, loc.byte_offsets[1], loc.byte_offsets[2] - 1)
         assert decode_chunks(raw) == local.read_chunks(up.xorb.hash, 1, 2)
     assert _get(srv, f"/v1/xorb-locations/{to_hex(up.xorb.hash)}").status_code == 401
+
+
+def test_a_xorb_gone_from_storage_is_404_not_a_retried_500(srv: Srv) -> None:
+    """An indexed xorb whose object storage lost (an operator's delete, a bucket rule): its
+    data URL answers 404 with no traceback, so a reader fails at once instead of retrying
+    a 500 for seconds."""
+    up = build_upload(random.Random(71).randbytes(150_000))
+    with CASClient(srv.url, srv.write) as c:
+        c.upload_xorb(up.xorb.hash, up.xorb.body)
+        c.upload_shard(up.shard)
+    doc = _get(srv, f"/v1/reconstructions/{to_hex(up.file_hash)}", srv.read).json()
+    [entry] = doc["fetch_info"][to_hex(up.xorb.hash)]
+    assert httpx.get(entry["url"], headers={"Range": "bytes=0-99"}).status_code == 206
+    srv.server.state.service.backend.delete(f"xorbs/default/{to_hex(up.xorb.hash)}")
+    r = httpx.get(entry["url"], headers={"Range": "bytes=0-99"})
+    assert r.status_code == 404 and "not found" in r.json()["error"]
+    r = httpx.get(entry["url"], headers={"Range": f"bytes=0-{len(up.xorb.body) - 1}"})
+    assert r.status_code == 404
+    with CASClient(srv.url, srv.read) as c, pytest.raises(RemoteError) as ei:
+        read_back(c, up.file_hash)
+    assert ei.value.status == 404  # not retried as a 500 would be (seconds of backoff)
