@@ -125,6 +125,16 @@ class FetchSource(Protocol):
     def stream_range(self, xorb_hash: bytes, lo: int, hi: int) -> Future[Segment]: ...
 
 
+class PositionalOut(Protocol):
+    """An output :meth:`FileReader.copy_to` may write at offsets from any thread: each
+    fetched range is then written by the thread that fetched it (the page-cache copies of
+    a large file run in parallel instead of one after the other on the caller's thread)."""
+
+    def write_at(self, offset: int, views: Sequence[memoryview]) -> None:
+        """Write ``views`` (in order) at ``offset`` bytes from where the copy starts."""
+        ...
+
+
 #: how far a read may land behind or past the end of a sequential stream and continue it
 #: (the kernel's read-ahead and parallel FUSE reads arrive a little out of order)
 STREAM_BACK = 2 << 20
@@ -451,6 +461,84 @@ class FileReader:
         return self._copy_fetched(self._fetch, out)
 
     def _copy_fetched(self, fetch: FetchSource, out: BinaryIO) -> int:
+        if callable(getattr(out, "write_at", None)):
+            return self._copy_positional(fetch, out)  # type: ignore[arg-type]
+        return self._copy_in_order(fetch, out)
+
+    def _copy_positional(self, fetch: FetchSource, out: PositionalOut) -> int:
+        """:meth:`copy_to` into an output written at offsets: each range is written where it
+        belongs as soon as it arrives, on the thread that fetched it; the caller only keeps
+        :data:`COPY_WINDOW` bytes in flight and raises the first error."""
+        pending: deque[tuple[tuple[bytes, int, int], Future[None]]] = deque()
+        shared: dict[tuple[bytes, int, int], tuple[Future[Segment], int]] = {}
+        held = 0
+        # writes running on fetch threads; once the copy ends (an error) none may start, and
+        # it returns only after the running ones ended: ``out`` is the caller's again
+        writing = threading.Condition()
+        active = 0
+        stopped = False
+
+        def write_when_done(fut: Future[Segment], lo: int, hi: int, at: int) -> Future[None]:
+            wrote: Future[None] = Future()
+
+            def write(done: Future[Segment]) -> None:
+                nonlocal active
+                with writing:
+                    if stopped:
+                        wrote.cancel()
+                        return
+                    active += 1
+                try:
+                    out.write_at(at, done.result().views(lo, hi))
+                except BaseException as exc:  # handed to the caller
+                    wrote.set_exception(exc)
+                else:
+                    wrote.set_result(None)
+                finally:
+                    with writing:
+                        active -= 1
+                        writing.notify_all()
+
+            fut.add_done_callback(write)
+            return wrote
+
+        def finish_one() -> None:
+            nonlocal held
+            key, wrote = pending.popleft()
+            _, lo, hi = key
+            held -= hi - lo
+            f, users = shared[key]
+            if users == 1:
+                del shared[key]
+            else:
+                shared[key] = (f, users - 1)
+            wrote.result()
+
+        pos = 0
+        try:
+            for xorb, lo, hi in self._pieces(0, self.size):
+                for a, b in fetch.split_range(xorb, lo, hi):
+                    while pending and held >= COPY_WINDOW:
+                        finish_one()
+                    key = (xorb, a, b)
+                    have = shared.get(key)
+                    fut = have[0] if have is not None else fetch.stream_range(xorb, a, b)
+                    shared[key] = (fut, 1 if have is None else have[1] + 1)
+                    pending.append((key, write_when_done(fut, a, b, pos)))
+                    held += b - a
+                    pos += b - a
+            while pending:
+                finish_one()
+        finally:
+            with writing:
+                stopped = True
+            for f, _ in shared.values():
+                f.cancel()
+            with writing:
+                writing.wait_for(lambda: active == 0)
+        return pos
+
+    def _copy_in_order(self, fetch: FetchSource, out: BinaryIO) -> int:
         pending: deque[tuple[tuple[bytes, int, int], Future[Segment]]] = deque()
         shared: dict[tuple[bytes, int, int], tuple[Future[Segment], int]] = {}
         held = 0

@@ -29,6 +29,7 @@ from gitxet.repo.content import Content, Progress
 from gitxet.repo.pointers import PointerFile, try_pointer
 from gitxet.store.cas import LocalCAS
 from gitxet.util.atomic import atomic_writer, remove_stale_temps
+from gitxet.util.streams import write_all_at
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -387,7 +388,9 @@ class _Stopped(Exception):
 
 
 class _Counting(io.RawIOBase):
-    """Writes through to ``out`` and reports each write's size to ``advance``."""
+    """Writes through to ``out`` and reports each write's size to ``advance``; a new file
+    is also written at offsets (``write_at``, from the threads that fetched the data:
+    :class:`~gitxet.data.reconstruct.PositionalOut`)."""
 
     def __init__(self, out: BinaryIO, advance: Callable[[int], None]) -> None:
         self._out = out
@@ -400,3 +403,10 @@ class _Counting(io.RawIOBase):
         n = self._out.write(data)
         self._advance(n)
         return n
+
+    def write_at(self, offset: int, views: Sequence[memoryview]) -> None:
+        """Write ``views`` at ``offset`` of the (new, empty) file; thread-safe."""
+        fd = self._out.fileno()
+        n = sum(len(v) for v in views)
+        write_all_at(fd, views, offset)
+        self._advance(n)

@@ -1,9 +1,35 @@
-"""Two stream helpers: read exactly up to ``n`` bytes, and a head put back before a stream."""
+"""Stream helpers: read exactly up to ``n`` bytes, a head put back before a stream, and a
+whole positional write."""
 
 from __future__ import annotations
 
 import io
+import os
+from collections.abc import Sequence
 from typing import BinaryIO
+
+#: buffers per ``pwritev`` call (Linux's IOV_MAX)
+_IOV_MAX = 1024
+
+
+def write_all_at(fd: int, views: Sequence[memoryview], offset: int) -> None:
+    """Write ``views`` (in order) at ``offset`` of ``fd``, all of them (however short the
+    kernel's writes are); the file position does not move.
+
+    Raises:
+        OSError: the write failed (a full disk, a closed descriptor).
+    """
+    todo = [memoryview(v).cast("B") for v in views if len(v)]
+    while todo:
+        wrote = os.pwritev(fd, todo[:_IOV_MAX], offset)
+        if wrote <= 0:
+            raise OSError("pwritev wrote nothing")
+        offset += wrote
+        while todo and wrote >= len(todo[0]):
+            wrote -= len(todo[0])
+            todo.pop(0)
+        if wrote:
+            todo[0] = todo[0][wrote:]
 
 
 def read_up_to(src: BinaryIO, n: int) -> bytes:

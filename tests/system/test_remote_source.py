@@ -90,6 +90,53 @@ def test_fetched_bytes_are_the_decoded_bytes_on_either_path(
         cache.close()
 
 
+class _AtOffsets(io.RawIOBase):
+    """A positional output (``write_at``); ``fail_at`` makes that call (1-based) raise."""
+
+    def __init__(self, size: int, fail_at: int = 0) -> None:
+        self.buf = bytearray(size)
+        self.calls = self.ended = 0
+        self.fail_at = fail_at
+        self.lock = threading.Lock()
+
+    def write(self, data: Any) -> int:  # the in-order path must not be taken
+        raise AssertionError("written in order")
+
+    def write_at(self, offset: int, views: list[memoryview]) -> None:
+        with self.lock:
+            self.calls += 1
+            n = self.calls
+        try:
+            if n == self.fail_at:
+                raise OSError("disk full")
+            for v in views:
+                self.buf[offset : offset + len(v)] = v
+                offset += len(v)
+        finally:
+            with self.lock:
+                self.ended += 1
+
+
+def test_copy_to_a_positional_output_writes_each_range_where_it_belongs(
+    served: tuple[str, str, Upload], tmp_path: Path
+) -> None:
+    url, token, up = served
+    with CASClient(url, token) as client:
+        cache = NodeCache(str(tmp_path / "ranges"), 1 << 30)
+        src = RemoteChunkSource(client, cache, str(tmp_path / "shards"), unit=1 << 20)
+        out = _AtOffsets(len(up.data))
+        assert FileReader(src, up.file_hash).copy_to(out) == len(up.data)  # type: ignore[arg-type]
+        assert bytes(out.buf) == up.data and out.calls >= 4  # several 1 MiB ranges
+        # a failed write is the copy's error; when copy_to returns no write is running
+        failing = _AtOffsets(len(up.data), fail_at=2)
+        with pytest.raises(OSError, match="disk full"):
+            FileReader(src, up.file_hash).copy_to(failing)  # type: ignore[arg-type]
+        with failing.lock:
+            assert failing.ended == failing.calls >= 2
+        src.close()
+        cache.close()
+
+
 def test_concurrent_readers_share_each_fetch(
     served: tuple[str, str, Upload], tmp_path: Path
 ) -> None:
