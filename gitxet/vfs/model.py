@@ -75,6 +75,8 @@ _MAX_INFOS = 1 << 16  # blob sizes/pointers remembered (a node keeps its own att
 #: pointer files of a directory described together when the first of them is read from a
 #: server (one request for them all, :meth:`CommitFS._describe_around`)
 DESCRIBE_WINDOW = 1000
+#: most directories listed for one such batch (small directories after the one read)
+DESCRIBE_DIRS = 64
 
 #: What a symlink whose target no system accepts (empty, or ``PATH_MAX`` bytes or more)
 #: points to instead: a path through ``/dev/null``, which never resolves.
@@ -921,16 +923,18 @@ class CommitFS:
 
     def _describe_around(self, node: _Node) -> None:
         """Before the first read of a pointer file from a server: the descriptions of the
-        pointer files around it in its directory (the :data:`DESCRIBE_WINDOW` holding it),
-        in one batch, since a reader of one image reads its neighbours next: one request
-        per window instead of one per file. Only a hint: what fails is left to the reads."""
+        pointer files around it, in one batch, since a reader of one image reads its
+        neighbours next: the :data:`DESCRIBE_WINDOW` of its directory holding it and, when
+        the directory is small, the directories after it in its parent (an image dataset
+        of 20 files a directory: one request per parent, not per directory, nor per file).
+        Only a hint: what fails is left to the reads."""
         describe = getattr(self._source, "describe", None)
-        parent = node.parent
-        names = parent.names
+        here = node.parent
+        names = here.names
         if describe is None or self.inline_reads or names is None:
             return
         w = bisect.bisect_left(names, node.name) // DESCRIBE_WINDOW
-        key = (parent.ino, w)
+        key = (here.ino, w)
         with self._lock:
             if self._described.get(key):
                 return
@@ -939,9 +943,26 @@ class CommitFS:
             with self._lock:
                 if self._described.get(key):
                     return  # a flight that just ended did it
-            window = parent.order[w * DESCRIBE_WINDOW : (w + 1) * DESCRIBE_WINDOW]
-            shas = [c.sha for c in window if c.kind is NodeKind.FILE]
-            infos = self._batch_infos(shas, parent.shown)
+            files = here.order[w * DESCRIBE_WINDOW : (w + 1) * DESCRIBE_WINDOW]
+            done = [key]
+            up = here.parent
+            if len(files) < DESCRIBE_WINDOW // 2 and up is not here and up.names is not None:
+                for sib in up.order[bisect.bisect_right(up.names, here.name) :]:
+                    if len(files) >= DESCRIBE_WINDOW or len(done) > DESCRIBE_DIRS:
+                        break
+                    if not isinstance(sib, _Dir):
+                        continue
+                    with self._lock:
+                        if self._described.get((sib.ino, 0)):
+                            continue
+                    try:
+                        kids = self._children(sib)  # lists it: a walk will, next
+                    except (OSError, GitError):
+                        continue  # its reads report it
+                    files += kids[:DESCRIBE_WINDOW]
+                    done.append((sib.ino, 0))
+            shas = [c.sha for c in files if c.kind is NodeKind.FILE]
+            infos = self._batch_infos(shas, here.shown)
             hashes = [
                 from_hex(i.pointer.xet_hash)
                 for i in infos.values()
@@ -950,12 +971,13 @@ class CommitFS:
             if len(hashes) > 1:
                 describe(hashes)
             with self._lock:
-                self._described.put(key, True)
+                for k in done:
+                    self._described.put(k, True)
 
         try:
             self._flights.run(("describe", key), run)
         except Exception as exc:  # a server that is down: each read reports it
-            log.debug("%s: describing its files failed: %s", parent.shown, exc)
+            log.debug("%s: describing its files failed: %s", here.shown, exc)
 
     def _reader(self, pointer: Pointer) -> FileReader:
         key = pointer.xet_hash

@@ -291,9 +291,10 @@ def test_clone_of_many_small_files_asks_for_descriptions_in_batches(
         for name, data in files.items():
             assert (root / name).read_bytes() == data, name
         assert git("status", "--porcelain", cwd=root) == ""
-    # (the mount asks once per directory: 7 of them)
-    for lines, batches in ((cloned, 1), (checked_out, 1), (mounted, 7)):
-        assert lines.count("POST /v1/file-shards") == batches, lines
+    # (the mount asks for a directory and the small ones after it at once; 8 readers of
+    # the 7 directories at once may each ask before another's answer is in)
+    for lines, most in ((cloned, 1), (checked_out, 1), (mounted, 7)):
+        assert 1 <= lines.count("POST /v1/file-shards") <= most, lines
         assert [x for x in lines if x.startswith("GET /v1/file-shards/")] == []
         # the 400 files (under 1.2 MB) share one xorb: a ranged GET or two, not 400
         assert len([x for x in lines if x.startswith("GET /xorb-data/")]) <= 2, lines

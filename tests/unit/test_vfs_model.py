@@ -739,3 +739,63 @@ def test_try_read_of_a_local_store_reads_cached_pages_without_read(
         _page_cache(world.cas_root, keep=True)
         assert fs.try_read(ino, 0, 100) == want[:100]
         assert fs.try_read(ino, 10, len(want)) == want[10:]
+
+
+def test_first_read_from_a_server_describes_its_neighbours_at_once(tmp_path: Path) -> None:
+    """A source that describes files in batches (a CAS server's) is asked, at the first
+    read of a pointer file, for the pointer files of its directory and of the small
+    directories after it in one call; reads in those directories then ask nothing."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
+    rnd = random.Random(9)
+    files: dict[str, bytes] = {}
+    with Ingestor(cas) as ing:
+        for d in range(6):
+            for i in range(3):
+                data = rnd.randbytes(200 + i)
+                r = ing.add_stream(io.BytesIO(data))
+                ptr = Pointer(sha256=r.sha256, size=r.size, xet_hash=to_hex(r.file_hash))
+                write(repo, f"imgs/x{d}/f{i}.bin", ptr.encode())
+                files[f"imgs/x{d}/f{i}.bin"] = data
+        ing.flush()
+    write(repo, "imgs/x0/notes.txt", b"plain\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "small files")
+    head = git(repo, "rev-parse", "HEAD").strip()
+    asked: list[set[bytes]] = []
+
+    class Server:
+        """The store, seen as a server that can describe many files at once."""
+
+        is_local = False
+
+        def describe(self, hashes: list[bytes], *, keep: bool = True) -> set[bytes]:
+            asked.append(set(hashes))
+            return {h for h in hashes if cas.file_info(h) is not None}
+
+        def file_info(self, file_hash: bytes):  # type: ignore[no-untyped-def]
+            return cas.file_info(file_hash)
+
+        def layout(self, xorb_hash: bytes):  # type: ignore[no-untyped-def]
+            return cas.layout(xorb_hash)
+
+        def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
+            return cas.read_chunks(xorb_hash, start, end)
+
+    try:
+        with CommitFS(str(repo), head, Server()) as fs:
+            first = fs.resolve_path(b"imgs/x2/f1.bin")
+            assert fs.read(first.ino, 0, 1000) == files["imgs/x2/f1.bin"]
+            # x2 and the directories after it (x0 and x1 come before it): 12 files, one call
+            assert [len(a) for a in asked] == [12]
+            for name in ("imgs/x5/f0.bin", "imgs/x3/f2.bin", "imgs/x2/f0.bin"):
+                assert fs.read(fs.resolve_path(name.encode()).ino, 0, 1000) == files[name]
+            assert len(asked) == 1
+            assert (
+                fs.read(fs.resolve_path(b"imgs/x0/f0.bin").ino, 0, 1000) == files["imgs/x0/f0.bin"]
+            )
+            assert [len(a) for a in asked] == [12, 6]  # x0 and x1 (x2... are described)
+    finally:
+        cas.close()
