@@ -56,16 +56,17 @@ def answer(attrs: dict[str, str], settings: Settings, *, probe: bool = True) -> 
     url = describe_url(attrs)
     if url is None:
         return None
+    gitxet: bool | None = None  # what the probe said (None: not asked)
+    if settings.env_token and probe:
+        # GITXET_TOKEN (CI, a clone's own run): a gitxet server gets it whatever the keyring
+        # holds, so the keyring (~0.3 s to load its backends) is opened only if it is not one
+        gitxet = _is_gitxet(url, attrs)
+        if gitxet:
+            return settings.env_token
     known = keyring_token(url) if settings.use_keyring else None
     if known:
         return settings.env_token or known
-    if not probe:
-        return None
-    from gitxet.remote.client import is_gitxet_server
-
-    # a path makes the probe the very request git just made; without one, any repo name
-    # gets the same challenge from a gitxet server
-    if not is_gitxet_server(url if attrs.get("path") else url + "/gitxet-probe.git"):
+    if not probe or gitxet is False or not _is_gitxet(url, attrs):
         return None
     if settings.env_token:
         return settings.env_token
@@ -75,6 +76,14 @@ def answer(attrs: dict[str, str], settings: Settings, *, probe: bool = True) -> 
         file=sys.stderr,
     )
     return None
+
+
+def _is_gitxet(url: str, attrs: dict[str, str]) -> bool:
+    from gitxet.remote.client import is_gitxet_server
+
+    # a path makes the probe the very request git just made; without one, any repo name
+    # gets the same challenge from a gitxet server
+    return is_gitxet_server(url if attrs.get("path") else url + "/gitxet-probe.git")
 
 
 def run(action: str) -> int:

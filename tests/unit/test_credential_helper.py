@@ -64,3 +64,25 @@ def test_env_token_only_for_gitxet_servers(
     assert credential.answer({"protocol": "http", "host": "xet"}, none) is None
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "git xet login http://xet" in err
+
+
+def test_env_token_for_a_gitxet_server_does_not_open_the_keyring(
+    memkeyring: MemoryKeyring, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gitxet.remote import client
+
+    opened: list[str] = []
+
+    def keyring_token(url: str) -> str | None:
+        opened.append(url)
+        return "from-keyring" if url.startswith("http://known") else None
+
+    monkeypatch.setattr(credential, "keyring_token", keyring_token)
+    monkeypatch.setattr(client, "is_gitxet_server", lambda url, **kw: url.startswith("http://xet"))
+    env = Settings.load(env={"GITXET_TOKEN": "t"})
+    assert credential.answer({"protocol": "http", "host": "xet", "path": "d.git"}, env) == "t"
+    assert opened == []
+    # a server that does not look like one but has a keyring entry still gets the env token
+    assert credential.answer({"protocol": "http", "host": "known"}, env) == "t"
+    assert credential.answer({"protocol": "http", "host": "other"}, env) is None
+    assert opened == ["http://known", "http://other"]
