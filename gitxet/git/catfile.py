@@ -193,6 +193,7 @@ class _BatchProcess(PipedGit):
         # a listing asks this about every file of every directory.
         buf = b""
         pos = 0
+        kinds: dict[bytes, str] = {}
         reader = cast(io.BufferedReader, self.stdout)  # a pipe with default buffering
 
         def more(need: int) -> None:
@@ -220,6 +221,17 @@ class _BatchProcess(PipedGit):
         for w, part in enumerate(windows):
             if w + 1 < len(windows):
                 send(windows[w + 1])
+            if not with_content:
+                # every answer is one line: take the window's lines in one split
+                while buf.count(b"\n", pos) < len(part):
+                    if len(buf) - pos > len(part) * 128:
+                        raise self.died()
+                    more(-1)
+                lines = buf[pos:].split(b"\n", len(part))
+                pos = len(buf) - len(lines[-1])
+                for header in lines[: len(part)]:
+                    yield self._info(header, kinds)
+                continue
             for name in part:
                 nl = buf.find(b"\n", pos)
                 while nl < 0:
@@ -227,26 +239,34 @@ class _BatchProcess(PipedGit):
                         raise self.died()
                     more(-1)
                     nl = buf.find(b"\n", pos)
-                header = buf[pos:nl]
-                kind, _, size_text = header.partition(b" ")
+                kind, size, _ = got = self._info(buf[pos:nl], kinds)
                 pos = nl + 1
-                if size_text in (b"missing", b"ambiguous"):
-                    yield None, 0, None
+                if kind is None:
+                    yield got
                     continue
-                if not size_text.isdigit():
-                    raise GitError(f"unexpected cat-file output {header[:200]!r}")
-                size = int(size_text)
-                data = None
-                if with_content:
-                    if len(buf) - pos < size + 1:
-                        more(size + 1)
-                    data = buf[pos : pos + size]
-                    if buf[pos + size : pos + size + 1] != b"\n":
-                        raise GitError("cat-file output lost its framing")
-                    pos += size + 1
-                yield kind.decode("ascii"), size, data
+                if len(buf) - pos < size + 1:
+                    more(size + 1)
+                data = buf[pos : pos + size]
+                if buf[pos + size : pos + size + 1] != b"\n":
+                    raise GitError("cat-file output lost its framing")
+                pos += size + 1
+                yield kind, size, data
         if pos != len(buf):
             raise GitError("cat-file answered more than it was asked")
+
+    @staticmethod
+    def _info(header: bytes, kinds: dict[bytes, str]) -> tuple[str | None, int, None]:
+        """``(type, size, None)`` of an answer's header line; ``(None, 0, None)`` when git
+        says missing. ``kinds`` remembers the decoded type names."""
+        kind, _, size_text = header.partition(b" ")
+        if size_text in (b"missing", b"ambiguous"):
+            return None, 0, None
+        if not size_text.isdigit():
+            raise GitError(f"unexpected cat-file output {header[:200]!r}")
+        name = kinds.get(kind)
+        if name is None:
+            name = kinds[kind] = kind.decode("ascii", errors="replace")
+        return name, int(size_text), None
 
     def read_exact(self, n: int) -> bytes:
         data = self.stdout.read(n)

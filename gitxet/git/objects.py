@@ -70,6 +70,7 @@ _PLAIN = {20: _plain_entries(20), 32: _plain_entries(32)}  # SHA-1, SHA-256 repo
 OBJ_COMMIT, OBJ_TREE, OBJ_BLOB, OBJ_TAG, OFS_DELTA, REF_DELTA = 1, 2, 3, 4, 6, 7
 
 GIT_HANDLES = 4  # dulwich repos opened at most (one per concurrent git reader)
+DESCRIBERS = 2  # git cat-file --batch-command processes at most
 _VARINT_MAX = 10  # bytes of a 64-bit size in git's 7-bit varints
 
 
@@ -379,8 +380,11 @@ class GitObjects:
             raise GitError(f"{path}: not a git repository") from None
         self._idle = [first]
         self._count = 1
-        self._batch: Describer | None = None  # for describe(), started on first use
-        self._batch_lock = threading.Lock()
+        # for describe(), started on first use: up to DESCRIBERS, so one listing's Python
+        # work overlaps another's wait on git
+        self._batches: list[Describer] = []
+        self._batch_idle: list[Describer] = []
+        self._batch_cond = threading.Condition()
 
     @contextmanager
     def _handle(self) -> Iterator[_Handle]:
@@ -426,25 +430,34 @@ class GitObjects:
         the blobs of a directory listing, git does the work on another core and this
         process only parses its answers. None for a missing object or one of another kind
         than blob."""
-        with self._batch_lock:
+        with self._describer() as batch:
+            found = batch.describe([s.hex() for s in shas], read)
+        return [None if got is None or got[0] != "blob" else (got[1], got[2]) for got in found]
+
+    @contextmanager
+    def _describer(self) -> Iterator[Describer]:
+        with self._batch_cond:
+            while not self._closed and not self._batch_idle and len(self._batches) >= DESCRIBERS:
+                self._batch_cond.wait()
             if self._closed:
                 raise GitError("the repository was closed")
-            if self._batch is None:
-                self._batch = Describer(self._path)
-            batch = self._batch
-        found = batch.describe([s.hex() for s in shas], read)
-        return [None if got is None or got[0] != "blob" else (got[1], got[2]) for got in found]
+            if self._batch_idle:
+                batch = self._batch_idle.pop()
+            else:  # (Describer starts git on first use, not here)
+                batch = Describer(self._path)
+                self._batches.append(batch)
+        try:
+            yield batch
+        finally:
+            with self._batch_cond:
+                self._batch_idle.append(batch)
+                self._batch_cond.notify()
 
     def trees(self, shas: Sequence[bytes]) -> list[bytes | None]:
         """The raw bytes of many trees through the same pipelined ``git cat-file`` as
         :meth:`describe` (None for a missing object or one that is not a tree)."""
-        with self._batch_lock:
-            if self._closed:
-                raise GitError("the repository was closed")
-            if self._batch is None:
-                self._batch = Describer(self._path)
-            batch = self._batch
-        found = batch.describe([s.hex() for s in shas], lambda _size: True)
+        with self._describer() as batch:
+            found = batch.describe([s.hex() for s in shas], lambda _size: True)
         return [None if got is None or got[0] != "tree" else got[2] for got in found]
 
     def small_blob(self, sha: bytes, want: int) -> tuple[int, bytes | None]:
@@ -481,7 +494,8 @@ class GitObjects:
             self._cond.notify_all()
         for h in idle:
             h.close()
-        with self._batch_lock:
-            batch, self._batch = self._batch, None
-        if batch is not None:
-            batch.close()
+        with self._batch_cond:
+            batches, self._batches, self._batch_idle = self._batches, [], []
+            self._batch_cond.notify_all()
+        for batch in batches:
+            batch.close()  # (one in use fails its exchange: the repository is closing)

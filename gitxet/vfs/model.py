@@ -105,15 +105,16 @@ def _kind_of(mode: int) -> NodeKind | None:
 
 
 class _Prefetcher:
-    """One background thread listing directories a walk will reach next, most recently
+    """Background threads listing directories a walk will reach next, most recently
     offered first (a depth-first walk goes into the directory it just listed); bounded."""
 
-    def __init__(self, work: Callable[[_Dir], None], limit: int = 512) -> None:
+    def __init__(self, work: Callable[[_Dir], None], limit: int = 512, threads: int = 2) -> None:
         self._work = work
         self._limit = limit
+        self._threads = threads  # two: one parses while the other waits on git
         self._todo: deque[_Dir] = deque()
         self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self._started = 0
         self._closed = False
 
     def offer(self, nodes: list[_Dir]) -> None:
@@ -125,11 +126,9 @@ class _Prefetcher:
             self._todo.extendleft(reversed(nodes))  # the first child comes out first
             while len(self._todo) > self._limit:
                 self._todo.pop()
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="gitxet-prefetch", daemon=True
-                )
-                self._thread.start()
+            if self._started < self._threads:
+                self._started += 1
+                threading.Thread(target=self._run, name="gitxet-prefetch", daemon=True).start()
             self._cond.notify()
 
     def _run(self) -> None:
