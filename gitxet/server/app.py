@@ -16,7 +16,8 @@ Routes (hashes are Xet hex; see ``docs/operations/server.md`` for the full table
   ``/{name}.git/info/xet`` (CAS discovery); ``/healthz``; ``POST /v1/telemetry``
 
 Everything else is 404: hf_xet takes a 200 from an unknown grant route as "already there".
-Errors are JSON ``{"error": "..."}``; tokens and URL queries never appear in logs or errors.
+Errors are JSON ``{"error": "..."}`` (one ``text/plain`` line on git routes, which git shows);
+tokens and URL queries never appear in logs or errors.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -532,7 +533,14 @@ async def _git(request: Request, name: str, rest: str) -> Response:
 
 
 async def fallback(request: Request) -> Response:
-    return await _git_or_404(request)
+    try:
+        return await _git_or_404(request)
+    except HttpError as e:
+        if _GIT_PATH.match(request.url.path) is None:
+            raise
+        # git shows a text/plain error body to its user ("remote: <line>"); JSON it hides,
+        # leaving only "The requested URL returned error: 403"
+        return PlainTextResponse(f"{e.message}\n", status_code=e.status, headers=e.headers)
 
 
 # ---------------------------------------------------------------------------- errors

@@ -86,10 +86,12 @@ def test_push_without_write_access_fails_clearly_and_stores_nothing(
 ) -> None:
     r = git("push", gsrv.url("data", gsrv.read), "main", cwd=work, check=False)
     assert r.returncode != 0 and "403" in r.stderr
+    # the server's reason reaches the user (git prints a text/plain error body)
+    assert "remote: token" in r.stderr and "no write access to repository data" in r.stderr
     r = git("push", gsrv.url("data"), "main", cwd=work, check=False)
     assert r.returncode != 0  # 401: git cannot prompt in tests
     r = git("push", gsrv.url("data", gsrv.other_repo_write), "main", cwd=work, check=False)
-    assert r.returncode != 0 and "403" in r.stderr
+    assert r.returncode != 0 and "403" in r.stderr and "no write access" in r.stderr
     r = git("push", gsrv.url("data", "gxt_000000000000_" + "A" * 43), "main", cwd=work, check=False)
     assert r.returncode != 0
     assert not (gsrv.root / "repos" / "data.git").exists()
