@@ -48,15 +48,10 @@ _GLOBAL_CONFIG = f"""\
 _KEEP: frozenset[str] = frozenset()
 
 
-@pytest.fixture(autouse=True)
-def sealed_git_env(
-    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Path]:
-    """Give each test a private HOME and a git config that cannot see the host's.
-
-    Yields the private HOME. The global config file is ``$GIT_CONFIG_GLOBAL``
-    (``HOME/.gitconfig``); tests may add to it with ``git config --global``.
-    """
+def seal_git_env(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
+    """Point git (and gitxet, and every process started after this) at a private ``home``
+    with only the test identity as global config; drop every ``GIT_*``/``GITXET_*``
+    variable. ``monkeypatch`` undoes it."""
     for name in list(os.environ):
         if (name.startswith(("GIT_", "GITXET_")) and name not in _KEEP) or name in (
             "EMAIL",
@@ -64,8 +59,6 @@ def sealed_git_env(
         ):
             monkeypatch.delenv(name, raising=False)
 
-    # A separate directory (not tmp_path) so tests that list tmp_path never see it.
-    home = tmp_path_factory.mktemp("home")
     for sub in (".config", ".cache", ".local/share", ".local/state"):
         (home / sub).mkdir(parents=True, exist_ok=True)
     global_config = home / ".gitconfig"
@@ -78,11 +71,6 @@ def sealed_git_env(
     (keyring_cfg / "keyringrc.cfg").write_text(
         "[backend]\ndefault-keyring=keyring.backends.fail.Keyring\n", encoding="utf-8"
     )
-    import keyring
-    import keyring.backends.fail
-
-    old_keyring = keyring.get_keyring()
-    keyring.set_keyring(keyring.backends.fail.Keyring())
 
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
@@ -98,6 +86,25 @@ def sealed_git_env(
     # Stable, non-localized git messages for tests that match on stderr.
     monkeypatch.setenv("LC_ALL", "C")
     monkeypatch.setenv("LANGUAGE", "C")
+
+
+@pytest.fixture(autouse=True)
+def sealed_git_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    """Give each test a private HOME and a git config that cannot see the host's.
+
+    Yields the private HOME. The global config file is ``$GIT_CONFIG_GLOBAL``
+    (``HOME/.gitconfig``); tests may add to it with ``git config --global``.
+    """
+    # A separate directory (not tmp_path) so tests that list tmp_path never see it.
+    home = tmp_path_factory.mktemp("home")
+    seal_git_env(monkeypatch, home)
+    import keyring
+    import keyring.backends.fail
+
+    old_keyring = keyring.get_keyring()
+    keyring.set_keyring(keyring.backends.fail.Keyring())
     yield home
     keyring.set_keyring(old_keyring)
 

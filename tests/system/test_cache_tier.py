@@ -23,6 +23,7 @@ separate caches reading `xet://` paths with `cas_url=`. What is checked:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -46,6 +47,7 @@ from gitxet.hashing import from_hex, to_hex
 from gitxet.remote.client import CASClient, RetryPolicy
 from gitxet.server.auth import TokenStore
 from gitxet.server.run import BackgroundServer, BackgroundTier, ServerConfig, TierConfig
+from tests.conftest import seal_git_env
 from tests.helpers.fuse_env import require_fuse
 from tests.helpers.server_env import build_upload, free_port, read_back, stop_process, wait_port
 
@@ -97,15 +99,12 @@ class Origin:
         return sorted((self.root / "cas" / "xorbs" / "default").iterdir())
 
 
-@pytest.fixture
-def origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Origin]:
-    root = tmp_path / "origin"
+@contextlib.contextmanager
+def _serve_origin(root: Path) -> Iterator[Origin]:
+    """An origin server with a write and a read token, its access log counted."""
     store = TokenStore(str(root))
     write, _ = store.create("write")
     read, _ = store.create("read")
-    monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("GITXET_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     counter = _AccessBytes()
     access = logging.getLogger("gitxet.server.access")
     old_level = access.level
@@ -117,6 +116,20 @@ def origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Origin]:
     finally:
         access.removeHandler(counter)
         access.setLevel(old_level)
+
+
+def _client_env(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> None:
+    monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp / "cache"))
+    monkeypatch.setenv("GITXET_STATE_DIR", str(tmp / "state"))
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+
+
+@pytest.fixture
+def fresh_origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Origin]:
+    """An origin of this test alone (for tests that change what it stores)."""
+    _client_env(monkeypatch, tmp_path)
+    with _serve_origin(tmp_path / "origin") as o:
+        yield o
 
 
 def _run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -134,13 +147,12 @@ class Commit:
     files: dict[str, bytes]
 
 
-@pytest.fixture
-def commit(origin: Origin, tmp_path: Path) -> Commit:
-    """A 40 MiB commit of random files pushed to the origin."""
-    work = tmp_path / "work"
+def _push_commit(origin: Origin, tmp: Path) -> Commit:
+    """A 40 MiB commit of random files pushed to ``origin``."""
+    work = tmp / "work"
     repo = f"{origin.url}/data.git"
     authed = repo.replace("http://", f"http://gitxet:{origin.write}@")
-    _run("git", "init", "-q", "-b", "main", str(work), cwd=tmp_path)
+    _run("git", "init", "-q", "-b", "main", str(work), cwd=tmp)
     _run("git", "remote", "add", "origin", authed, cwd=work)
     _run("git-xet", "init", cwd=work)
     rng = random.Random(17)
@@ -154,6 +166,43 @@ def commit(origin: Origin, tmp_path: Path) -> Commit:
     _run("git", "commit", "-qm", "data", cwd=work)
     _run("git", "push", "-q", "origin", "main", cwd=work)
     return Commit(repo, files)
+
+
+@pytest.fixture(scope="module")
+def _shared_origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Origin, Commit]]:
+    """One origin holding one pushed commit for the tests that only read it: pushing 40 MiB
+    costs seconds, and a fresh tier (``tier``) and fresh client caches keep each test cold.
+    Built in a sealed environment of its own (the per-test one does not exist yet)."""
+    tmp = tmp_path_factory.mktemp("tier-origin")
+    with contextlib.ExitStack() as stack:
+        with pytest.MonkeyPatch.context() as mp:
+            seal_git_env(mp, tmp_path_factory.mktemp("tier-origin-home"))
+            _client_env(mp, tmp)
+            o = stack.enter_context(_serve_origin(tmp / "origin"))
+            c = _push_commit(o, tmp)
+        yield o, c
+
+
+@pytest.fixture
+def origin(
+    _shared_origin: tuple[Origin, Commit],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    _tokens_do_not_leak: list[str],
+) -> Origin:
+    """The shared origin, its access counters at zero; its tokens are checked after the test
+    like the test's own."""
+    o = _shared_origin[0]
+    _client_env(monkeypatch, tmp_path)
+    _tokens_do_not_leak.extend([o.write, o.read])
+    o.log.reset()
+    return o
+
+
+@pytest.fixture
+def commit(_shared_origin: tuple[Origin, Commit], origin: Origin) -> Commit:
+    """The shared origin's 40 MiB commit of random files."""
+    return _shared_origin[1]
 
 
 class TierProcess:
@@ -403,6 +452,18 @@ def test_nfs_serve_with_cas_url_reads_through_the_tier(
 
 
 def test_a_clone_through_the_tier_of_data_corrupted_on_the_origin_fails_clearly(
+    fresh_origin: Origin, tmp_path: Path
+) -> None:
+    origin = fresh_origin
+    commit = _push_commit(origin, tmp_path)
+    tier = TierProcess(origin.url, tmp_path / "tier-cache", tmp_path / "tier.log")
+    try:
+        _corrupted_clone_fails(origin, commit, tier, tmp_path)
+    finally:
+        tier.stop()
+
+
+def _corrupted_clone_fails(
     origin: Origin, commit: Commit, tier: TierProcess, tmp_path: Path
 ) -> None:
     path = max(origin.xorb_paths(), key=lambda q: q.stat().st_size)
@@ -543,7 +604,8 @@ class Stored:
 
 
 @pytest.fixture
-def stored(origin: Origin, tmp_path: Path) -> Iterator[Stored]:
+def stored(fresh_origin: Origin, tmp_path: Path) -> Iterator[Stored]:
+    origin = fresh_origin
     up = build_upload(random.Random(5).randbytes(24 << 20))
     with CASClient(origin.url, origin.write) as c:
         c.upload_xorb(up.xorb.hash, up.xorb.body)
@@ -668,10 +730,14 @@ def test_a_range_corrupted_on_the_origin_is_never_cached_or_served(stored: Store
 
 
 @pytest.mark.filterwarnings("ignore:hf_xet.*deprecated:DeprecationWarning")
-def test_hf_xet_reads_compressed_xorbs_through_the_tier(origin: Origin, tmp_path: Path) -> None:
+def test_hf_xet_reads_compressed_xorbs_through_the_tier(
+    fresh_origin: Origin, tmp_path: Path
+) -> None:
     """hf_xet, the reference client, downloads through the tier (the plain framing of
     xorbs the origin stores compressed), whole and by ranges; its uploads are refused."""
     import hf_xet
+
+    origin = fresh_origin
 
     rng = random.Random(8)
     words = [rng.randbytes(6).hex().encode() for _ in range(300)]

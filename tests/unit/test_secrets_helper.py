@@ -30,10 +30,12 @@ def test_a_token_in_a_file_or_a_text_is_found(tmp_path: Path, which: int) -> Non
 
 
 def test_a_token_in_an_argv_is_found() -> None:
+    code = "import sys; print('ready', flush=True); sys.stdin.read()"
     with subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()", TOKENS[1]], stdin=subprocess.PIPE
+        [sys.executable, "-c", code, TOKENS[1]], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     ) as p:
         try:
+            assert p.stdout is not None and p.stdout.readline() == b"ready\n"
             with pytest.raises(AssertionError, match=f"token #1 in the argv of pid {p.pid}"):
                 assert_tokens_nowhere(TOKENS, check_cli=False)
         finally:
