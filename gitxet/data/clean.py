@@ -322,7 +322,7 @@ class Ingestor:
 
 
 def _compress_all(chunks: list[bytes]) -> list[tuple[xorbfmt.Scheme, bytes]]:
-    return [xorbfmt.compress_chunk(c) for c in chunks]
+    return xorbfmt.compress_chunks(chunks)
 
 
 def _chunk_entries(hashes: list[bytes], sizes: list[int]) -> list[shardfmt.XorbChunk]:

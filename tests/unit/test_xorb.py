@@ -18,12 +18,14 @@ from gitxet.formats.xorb import (
     MAX_PAYLOAD_BYTES,
     MAX_XORB_BYTES,
     MAX_XORB_CHUNKS,
+    PROBE_EVERY,
     Scheme,
     bg4_regroup,
     bg4_split,
     build_footer,
     chunk_boundaries,
     compress_chunk,
+    compress_chunks,
     decode_chunks,
     decompress_chunk,
     fits_in_xorb,
@@ -147,6 +149,38 @@ def test_auto_picks_the_smallest_encoding() -> None:
         sizes = {s: len(compress_chunk(data, s)[1]) for s in Scheme}
         assert len(payload) == min(sizes.values())
         assert sizes[scheme] == len(payload)
+
+
+def test_compress_chunks_probes_one_chunk_in_n_and_follows_it() -> None:
+    # a run of float chunks, then random ones, then text: each probed chunk decides for
+    # the chunks after it; every payload decodes and is never bigger than the raw chunk
+    floats = [FLOATS_64K] * PROBE_EVERY
+    randoms = [RANDOM_64K] * PROBE_EVERY
+    texts = [TEXT[:60000]] * PROBE_EVERY
+    chunks = floats + randoms + texts
+    out = compress_chunks(chunks)
+    assert [s for s, _ in out] == (
+        [Scheme.BG4_LZ4] * PROBE_EVERY + [Scheme.NONE] * PROBE_EVERY + [Scheme.LZ4] * PROBE_EVERY
+    )
+    for data, (scheme, payload) in zip(chunks, out, strict=True):
+        assert decompress_chunk(scheme, payload, len(data)) == data
+        assert len(payload) <= len(data)
+
+
+def test_compress_chunks_keeps_raw_what_the_decision_does_not_shrink() -> None:
+    # the probed chunk compresses, the next is random: LZ4 would grow it, so it stays raw
+    out = compress_chunks([TEXT[:60000], RANDOM_64K, ZEROS])
+    assert [s for s, _ in out] == [Scheme.LZ4, Scheme.NONE, Scheme.LZ4]
+    assert out[1][1] == RANDOM_64K
+    # small chunks are always decided one by one (the probe is the whole chunk)
+    small = compress_chunks([RANDOM_64K, FLOATS_64K[:8000]])
+    assert [s for s, _ in small] == [Scheme.NONE, Scheme.BG4_LZ4]
+
+
+def test_serialized_parts_are_the_body() -> None:
+    sx = serialize_xorb([TEXT[:60000], RANDOM_64K, b"x"])
+    assert b"".join(sx.parts) == sx.body
+    assert sx.byte_offsets[-1] == len(sx.body)
 
 
 def test_compressed_payload_is_an_lz4_frame() -> None:
