@@ -192,7 +192,7 @@ def test_blocked_read_leaves_the_mount_responsive(mounted: Mounted) -> None:
         assert len(os.listdir(mnt / "many")) == MANY
         os.stat(mnt / "edge/page.bin")
         assert (mnt / FRESH).read_bytes() == TREE[FRESH]  # another file's reads still served
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 30  # not behind the gated read, which never ends
         assert t.is_alive()  # ... while the gated one still waits
     finally:
         os.kill(proc.pid, signal.SIGUSR1)

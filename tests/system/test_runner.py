@@ -197,7 +197,7 @@ def test_sigterm_with_a_stuck_read_still_unmounts(mnt: Path, tmp_path: Path) -> 
         began = time.monotonic()
         os.kill(proc.pid, signal.SIGTERM)
         assert wait_dead(proc)
-        assert time.monotonic() - began < 5  # the grace was 0.5 s; the gate would wait 30 s
+        assert time.monotonic() - began < 15  # the grace was 0.5 s; the gate would wait 30 s
         assert not is_mounted(str(mnt))
         reader.join(STEP_TIMEOUT)
         assert len(outcome) == 1 and isinstance(outcome[0], OSError)

@@ -64,7 +64,7 @@ def test_a_failed_push_does_not_wait_for_hanging_uploads(
     start = time.monotonic()
     with pytest.raises(RemoteError):
         push_files(cas, remote, hashes, workers=4)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 20  # waiting for the hanging uploads: 60 s
     assert list(remote.cas.shard_names()) == []  # no shard before its xorbs
     remote.release.set()
 
@@ -140,5 +140,5 @@ def test_a_failed_upload_ends_the_push_while_an_earlier_one_still_hangs(
     start = time.monotonic()
     with pytest.raises(RemoteError):
         push_files(cas, remote, hashes, workers=4)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 20  # waiting for the hanging uploads: 60 s
     remote.release.set()
