@@ -344,7 +344,7 @@ class RemoteChunkSource:
                 want.append(h)
         if not want or self.offline:
             return known
-        if len(want) == 1 or self._no_locations:
+        if self._no_locations:
             # (a server without locations must send the chunk lists: reads have no other
             # source, and the batch route sends blocks alone)
             return known | {h for h in want if self.file_info(h) is not None}

@@ -20,7 +20,10 @@ Design choices, all about never giving git a half-truth:
   agrees, the request is answered ``status=delayed`` at once and run on a small thread pool.
   ``list_available_blobs`` blocks until at least one delayed path is ready, and git then asks
   for each path again with empty content. The number of delayed paths is capped, and so is
-  the memory each one may hold; requests beyond the cap are simply served inline.
+  the memory each one may hold; requests beyond the cap are simply served inline. A
+  handler with a ``delayed(pathname, head, meta)`` method is told of each request it
+  delayed (``head``: the first :data:`DELAYED_HEAD` bytes of its content) before it runs,
+  so it can prepare the batch (gitxet asks a server for many files' descriptions at once).
 """
 
 from __future__ import annotations
@@ -104,6 +107,10 @@ class FilterHandler(Protocol):
         """Whether this path may be filtered later, in the background."""
         ...
 
+
+#: Bytes of a delayed request's content a handler's ``delayed`` hook is shown (a pointer
+#: is at most 1,024).
+DELAYED_HEAD = 1024
 
 #: ``on_error(command, pathname, exc)``: told about every handler failure (from any thread).
 OnError = Callable[[str, str, BaseException], None]
@@ -465,6 +472,15 @@ class FilterServer:
 
     def _start_delayed(self, req: _Request, src: IO[bytes]) -> None:
         item = _Delayed(req.command, req.pathname, src, req.meta)
+        note = getattr(self._handler, "delayed", None)
+        if note is not None:
+            head = src.read(DELAYED_HEAD)
+            src.seek(0)
+            try:
+                note(_decode_path(req.pathname), head, req.meta)
+            except Exception as exc:  # only a hint: the request itself reports failures
+                if self._on_error is not None:
+                    self._on_error(req.command, _decode_path(req.pathname), exc)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
                 max_workers=self._opts.workers, thread_name_prefix="gitxet-filter"

@@ -5,23 +5,29 @@ stream, uploaded to a remote. The local store first; the remotes in the order
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO
 
 from gitxet.data.reconstruct import ChunkSource, FileReader
-from gitxet.data.sources import LayeredSource
+from gitxet.data.sources import LayeredSource, describe_files
 from gitxet.data.staging import recover as recover_staged
 from gitxet.data.transfer import TransferSummary, push_files
 from gitxet.dataset import Remotes, Search, chunk_source_of, fetch_from_any, source_with
 from gitxet.errors import FileNotFoundInCASError, GitxetError, IntegrityError, NotFoundError
 from gitxet.formats.pointer import Pointer
 from gitxet.hashing import from_hex
+from gitxet.remote.protocol import MAX_FILE_SHARDS_BATCH
 from gitxet.store.cas import LocalCAS
 
 __all__ = ["Content", "Progress"]
 
 #: Called with a byte count as data moves.
 Progress = Callable[[int], None]
+#: files remembered as about to be written (:meth:`Content.expect`)
+_MAX_EXPECTED = 10_000
+#: seconds a write waits for a batch of descriptions holding its file (then asks alone)
+_DESCRIBE_WAIT = 120.0
 
 
 class Content:
@@ -35,6 +41,59 @@ class Content:
         self.cas = cas
         self.remotes = remotes
         self.names: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._expected: dict[bytes, None] = {}  # files about to be written (ordered set)
+        self._asking: dict[bytes, threading.Event] = {}  # files whose description is coming
+
+    def expect(self, ptr: Pointer) -> None:
+        """A pointer that is about to be written (a smudge git delayed): when one of these
+        files must be read from a CAS server, the descriptions of all of them are asked
+        for together (one request per 1,000 files, not one per file)."""
+        if not ptr.size:
+            return
+        h = from_hex(ptr.xet_hash)
+        if self.cas.file_info(h) is not None:
+            return
+        with self._lock:
+            self._expected[h] = None
+            while len(self._expected) > _MAX_EXPECTED:
+                del self._expected[next(iter(self._expected))]
+
+    def _describe_with_expected(
+        self, fhash: bytes, remote: str | None, ref: str | None, commit: str | None
+    ) -> None:
+        """Before a file is read from a server: its description and those of the files
+        :meth:`expect` was told of, in one batch (a file whose description another batch
+        is fetching waits for that one). Only a hint: failures are the read's to report."""
+        with self._lock:
+            coming = self._asking.get(fhash)
+            if coming is None:
+                batch = [fhash] + [h for h in self._expected if h != fhash]
+                batch = [h for h in batch[:MAX_FILE_SHARDS_BATCH] if h not in self._asking]
+                for h in batch:
+                    self._expected.pop(h, None)
+                done = threading.Event()
+                self._asking.update(dict.fromkeys(batch, done))
+        if coming is not None:
+            coming.wait(_DESCRIBE_WAIT)
+            return
+        try:
+            rest = batch
+            for name in self.remotes.search_order(remote, ref=ref, commit=commit):
+                if not rest:
+                    break
+                if not self.remotes.is_server(name):
+                    continue
+                with contextlib.suppress(GitxetError):
+                    src = chunk_source_of(self.remotes.open(name))
+                    if src is not None:
+                        known = describe_files(src, rest, keep=False)
+                        rest = [h for h in rest if h not in known]
+        finally:
+            with self._lock:
+                for h in batch:
+                    self._asking.pop(h, None)
+            done.set()
 
     def ensure_local(
         self,
@@ -92,6 +151,8 @@ class Content:
             # added here against a server's data (dedup): the rest of its bytes are there
             source = self.with_servers(self.remotes.search_order(remote, ref=ref, commit=commit))
         elif info is None:
+            if self._expected or self._asking:  # delayed smudges: descriptions in batches
+                self._describe_with_expected(fhash, remote, ref, commit)
             search = Search([("this repository's store", "does not have it")], [])
             order = self.remotes.search_order(remote, ref=ref, commit=commit)
             found = source_with(self.cas, self.remotes, order, fhash, search)

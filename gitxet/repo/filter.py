@@ -220,6 +220,13 @@ class FilterHandler:
             return
         self.content.write(ptr, dst, ref=meta.ref, commit=meta.treeish, path=pathname)
 
+    def delayed(self, pathname: str, head: bytes, meta: SmudgeMeta = NO_META) -> None:
+        """A smudge git agreed to delay: its pointer's description is asked for with those
+        of the others (:meth:`Content.expect`), one request for many."""
+        ptr = try_pointer(head)
+        if ptr is not None and not self.lazy:
+            self.content.expect(ptr)
+
     def can_delay(self, pathname: str) -> bool:
         """Whether git may delay this smudge (fetched in parallel, spooled): only when
         some remote is a server (network-bound); local data streams faster inline."""

@@ -148,6 +148,10 @@ class XetRepo:
         """Whether git may delay this smudge (:meth:`FilterHandler.can_delay`)."""
         return self.filter.can_delay(pathname)
 
+    def delayed(self, pathname: str, head: bytes, meta: SmudgeMeta = NO_META) -> None:
+        """A smudge git delayed (:meth:`FilterHandler.delayed`)."""
+        self.filter.delayed(pathname, head, meta)
+
     # ---- content (gitxet.repo.content) ---------------------------------------------------
 
     def ensure_local(
