@@ -198,11 +198,12 @@ class RemoteChunkSource:
         self.on_fetch: Callable[[int, float], None] | None = None
 
     def close(self) -> None:
-        """Stop the fetch pool (running fetches finish)."""
+        """Stop the fetch pool (running fetches finish) and free the receive buffers."""
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        self._buffers.clear()
 
     # ---- the cache tier and its fallback -------------------------------------------------
 

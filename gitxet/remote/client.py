@@ -296,6 +296,11 @@ class BufferPool:
                     return memoryview(m)[:n]
         return data_buffer(n)
 
+    def clear(self) -> None:
+        """Let go of every mapping (each is unmapped once the last view of it is gone)."""
+        with self._lock:
+            self._maps = []
+
 
 class CASClient:
     """A client for one CAS endpoint. Thread-safe; use as a context manager or ``close()``.

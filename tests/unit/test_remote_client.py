@@ -174,6 +174,9 @@ def test_buffer_pool_reuses_a_mapping_only_once_its_views_are_gone() -> None:
     assert isinstance(d, memoryview) and bytes(d[:4]) == b"held"
     assert len(pool._maps) == 2
     assert len(pool.take(5 << 20)) == 5 << 20  # larger than the capacity: its own buffer
+    pool.clear()  # the views taken stay valid; new ones come from new mappings
+    assert bytes(d[:4]) == b"held" and len(pool._maps) == 0
+    assert isinstance(pool.take(1 << 20), memoryview) and len(pool._maps) == 1
 
 
 def test_ranged_get_resumes_after_a_broken_body(upload: Upload) -> None:
