@@ -416,7 +416,7 @@ def fetch_from_any(
         DataUnavailableError: some file is on no remote (naming the remotes tried, and the
             file's path when ``paths`` maps its hex hash to one).
     """
-    missing = [h for h in dict.fromkeys(file_hashes) if local.file_info(h) is None]
+    missing = [h for h in dict.fromkeys(file_hashes) if not local.has_file_data(h)]
     search = Search([], [])
     files = xorbs = skipped = shards = moved = 0
     for name in order:
@@ -436,7 +436,7 @@ def fetch_from_any(
                 have = [h for h in missing if remote.shards_for_file(h)]
                 if have:
                     s = _fetch_each(local, remote, have, progress, search, where)
-                    have = [h for h in have if local.file_info(h) is not None]
+                    have = [h for h in have if local.has_file_data(h)]
                     xorbs, skipped = xorbs + s.xorbs_sent, skipped + s.xorbs_skipped
                     shards, moved = shards + s.shards_sent, moved + s.bytes_sent
         except GitxetError as exc:

@@ -257,6 +257,10 @@ def fetch_files(
     xorbs: set[bytes] = set()
     for data in shards.values():
         xorbs |= _shard_xorbs(shardfmt.parse_shard(data))
+    for fhash in wanted:  # described here, but a xorb is gone (quarantined as damaged)
+        info = local.file_info(fhash)
+        if info is not None:
+            xorbs |= {t.xorb_hash for t in info.terms if not local.has_xorb(t.xorb_hash)}
     todo = sorted(x for x in xorbs if not local.has_xorb(x))
 
     link = getattr(remote, "link_into", None)

@@ -308,6 +308,26 @@ class LocalCAS:
     def has_xorb(self, xorb_hash: bytes) -> bool:
         return os.path.exists(self.xorb_path(xorb_hash))
 
+    def has_file_data(self, file_hash: bytes) -> bool:
+        """Whether a stored shard describes the file and every xorb it names is here (a
+        file added against a server's data, or whose xorb was quarantined, is not)."""
+        info = self.file_info(file_hash)
+        return info is not None and all(self.has_xorb(t.xorb_hash) for t in info.terms)
+
+    def quarantine(self, xorb_hash: bytes) -> None:
+        """Move a xorb that failed verification out of the store, to ``damaged/`` (kept:
+        its other chunks may be the only copy of some unpushed data), so that it reads as
+        missing and the next fetch or checkout gets it again from a remote that has it."""
+        damaged = os.path.join(self.root, "damaged")
+        kept = os.path.join(damaged, to_hex(xorb_hash))
+        with contextlib.suppress(OSError):
+            os.makedirs(damaged, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(kept)  # (a rename onto another link of the same file does nothing)
+            os.replace(self.xorb_path(xorb_hash), kept)
+        self._files.discard(xorb_hash)
+        self._layouts.discard(xorb_hash)
+
     def put_serialized(self, sx: xorbfmt.SerializedXorb) -> bool:
         """Store a xorb built by our own serializer (hash already computed); False if present."""
         path = self.xorb_path(sx.hash)
@@ -439,11 +459,13 @@ class LocalCAS:
             try:
                 chunks = xorbfmt.decode_chunks(raw, expected_count=end - start)
             except FormatError as e:
+                self.quarantine(xorb_hash)
                 raise IntegrityError(
                     "xorb", hx, f"chunks {start}..{end} unreadable ({e.reason})"
                 ) from None
             for i, c in enumerate(chunks):
                 if chunk_hash(c) != lay.chunk_hashes[start + i]:
+                    self.quarantine(xorb_hash)
                     raise IntegrityError("xorb", hx, f"chunk {start + i} does not match its hash")
             self._note_verified(xf, lay, raw, start, end)
             if not nowait.active():
