@@ -43,6 +43,7 @@ import httpx
 import pytest
 
 from gitxet.errors import RemoteError
+from gitxet.formats.shard import parse_shard
 from gitxet.hashing import from_hex, to_hex
 from gitxet.remote.client import CASClient, RetryPolicy
 from gitxet.server.auth import TokenStore
@@ -768,3 +769,23 @@ def test_hf_xet_reads_compressed_xorbs_through_the_tier(
         assert stats["served_bytes"] >= len(data)  # plain to the clients
         with pytest.raises(Exception, match=r"405|read-only"):
             hf_xet.upload_files([str(src)], t.url, (origin.write, expiry), None, None, "model")
+
+
+def test_batched_descriptions_are_forwarded_to_the_origin(
+    tier: TierProcess, origin: Origin, commit: Commit
+) -> None:
+    """``POST /v1/file-shards`` through the tier: the origin's answer, under the client's
+    token (none: the origin's 401)."""
+    files = sorted(origin.server.state.service.index.files())[:50]
+    assert files
+    body = {"files": [to_hex(h) for h in files]}
+    auth = {"Authorization": f"Bearer {origin.read}"}
+    direct = httpx.post(f"{origin.url}/v1/file-shards", json=body, headers=auth, timeout=60)
+    via = httpx.post(f"{tier.url}/v1/file-shards", json=body, headers=auth, timeout=60)
+    assert direct.status_code == via.status_code == 200
+    assert {f.file_hash for f in parse_shard(direct.content).files} == set(files)
+    assert {f.file_hash for f in parse_shard(via.content).files} == set(files)
+    assert [f.terms for f in parse_shard(via.content).files] == [
+        f.terms for f in parse_shard(direct.content).files
+    ]
+    assert httpx.post(f"{tier.url}/v1/file-shards", json=body, timeout=60).status_code == 401
