@@ -83,8 +83,10 @@ def mnt(tmp_path: Path) -> Iterator[Path]:
 
 
 def listing(cwd: Path) -> list[dict[str, object]]:
+    """This test's mounts (under ``cwd``): the machine may hold others' (dead) mounts."""
     out = run("git-xet", "mounts", "--json", cwd=cwd).stdout
-    return [json.loads(line) for line in out.splitlines()]
+    rows = [json.loads(line) for line in out.splitlines()]
+    return [r for r in rows if str(r["mountpoint"]).startswith(f"{cwd}/")]
 
 
 def wait_gone(pid: int) -> None:
