@@ -349,7 +349,7 @@ def with_block(old: bytes, block: bytes) -> bytes:
 
 class StreamRewriter:
     """What the import and the export rewriters share: their inputs, and the split of a
-    filemodify line."""
+    filemodify line. A subclass sets up its own state in :meth:`setup`."""
 
     def __init__(
         self,
@@ -364,6 +364,10 @@ class StreamRewriter:
         self.cat = cat
         self.result = result
         self.progress = progress
+        self.setup()
+
+    def setup(self) -> None:
+        """Called at the end of ``__init__``."""
 
     @staticmethod
     def split_filemodify(line: bytes) -> FileModify | None:
@@ -381,15 +385,8 @@ class StreamRewriter:
 class _Rewriter(StreamRewriter):
     """Reads fast-export's stream, writes fast-import's, converting selected blobs."""
 
-    def __init__(
-        self,
-        repo: XetRepo,
-        selector: PathSelector,
-        cat: process.CatFile,
-        result: MigrateResult,
-        progress: Progress | None,
-    ) -> None:
-        super().__init__(repo, selector, cat, result, progress)
+    def setup(self) -> None:
+        repo, selector = self.repo, self.selector
         self.lfs_dir = _lfs_objects_dir(repo)
         self.block = selector.attributes_block()
         # blob id -> new content (a pointer, or small LFS content) or an LFS oid to re-read

@@ -73,15 +73,8 @@ def export_block(selector: PathSelector) -> bytes:
 
 
 class _Exporter(StreamRewriter):
-    def __init__(
-        self,
-        repo: XetRepo,
-        selector: PathSelector,
-        cat: process.CatFile,
-        result: MigrateResult,
-        progress: Progress | None,
-    ) -> None:
-        super().__init__(repo, selector, cat, result, progress)
+    def setup(self) -> None:
+        selector = self.selector
         self.blobs: dict[str, str | None] = {}  # pointer blob id -> content blob id (None: keep)
         # only a whole export drops the rules: with -I/-X the other pointers still need them
         self.whole = not (selector.include or selector.exclude)
