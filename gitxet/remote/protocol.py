@@ -12,6 +12,7 @@ end-exclusive, byte ranges (``url_range`` / ``bytes`` / HTTP ``Range``) end-incl
 
 from __future__ import annotations
 
+import functools
 import importlib
 import itertools
 import re
@@ -614,12 +615,17 @@ def crc64nvme(data: bytes | bytearray | memoryview) -> int:
     Uses awscrt's native implementation (GB/s) when installed; the pure-Python table
     version (~10 MB/s) is the fallback and the test oracle.
     """
-    if _native_crc is not None:
-        return int(_native_crc(bytes(data) if isinstance(data, memoryview) else data))
+    native = _native_crc()
+    if native is not None:
+        return int(native(bytes(data) if isinstance(data, memoryview) else data))
     return _crc64nvme_py(data)
 
 
-def _load_native_crc() -> Callable[[bytes | bytearray], int] | None:
+@functools.cache
+def _native_crc() -> Callable[[bytes | bytearray], int] | None:
+    """awscrt's CRC-64/NVME, loaded on first use: awscrt's library takes 40-150 ms to load,
+    which every start of this module (each pre-push hook, each filter) would otherwise pay
+    whether or not it uploads over HTTP."""
     try:
         mod = importlib.import_module("awscrt.checksums")
     except ImportError:  # pragma: no cover - depends on the environment
@@ -628,6 +634,6 @@ def _load_native_crc() -> Callable[[bytes | bytearray], int] | None:
     return fn
 
 
-_native_crc = _load_native_crc()
-#: Whether :func:`crc64nvme` runs at native speed (awscrt installed).
-NATIVE_CRC = _native_crc is not None
+def native_crc() -> bool:
+    """Whether :func:`crc64nvme` runs at native speed (awscrt installed)."""
+    return _native_crc() is not None

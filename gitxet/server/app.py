@@ -326,7 +326,7 @@ async def xorb_grant_put(request: Request) -> Response:
         raise HttpError(400, f"body is {len(data)} bytes, the grant says {length}")
     # The xorb hash (checked next) is the real integrity check; the CRC is only checked
     # when it is cheap, since the pure-Python fallback would hold the GIL for seconds.
-    if crc and p.NATIVE_CRC and await run_in_threadpool(p.crc64nvme, data) != int(crc):
+    if crc and p.native_crc() and await run_in_threadpool(p.crc64nvme, data) != int(crc):
         raise HttpError(400, "body does not match the grant's CRC-64/NVME")
     await run_in_threadpool(st.service.put_xorb, xh, data)
     return Response(status_code=200)
