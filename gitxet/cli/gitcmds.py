@@ -323,11 +323,12 @@ def fsck_cmd(
 
     Every xorb in the local store is re-hashed and every shard checked. Each pointer file of
     HEAD (with --all: of the whole history of every branch and tag) is then found in the
-    local store or, failing that, on the remote. Exits 3 when the store is damaged, 4 when
-    some file's data is nowhere to be had.
+    local store or, failing that, on the remote, and the data the store holds is checked
+    against the pointer's oid (SHA-256). Exits 3 when the store or a pointer is damaged, 4
+    when some file's data is nowhere to be had.
     """
     from gitxet.cli._progress import human_size
-    from gitxet.data.audit import verify_store
+    from gitxet.data.audit import verify_pointers, verify_store
     from gitxet.errors import ConfigError, RemoteError
 
     repo = _open_repo()
@@ -351,6 +352,14 @@ def fsck_cmd(
     except (ConfigError, RemoteError) as exc:
         typer.echo(f"remote not asked: {exc}")
         where, asked = repo.locate(found, None, ask_remote=False), None
+    sizes = {ptr.xet_hash: ptr.size for _, ptr in found}
+    with byte_progress("checking pointers", sum(sizes.values()) or None) as advance:
+        liars = verify_pointers(repo.cas, found, advance)
+    for m in liars:
+        typer.echo(
+            f"damaged  pointer {shown(m.path)}: oid sha256:{m.pointer.sha256[:16]}... is not "
+            f"the SHA-256 of its data ({m.actual[:16]}...); the pointer was altered"
+        )
     local = sum(d.local for d in where)
     remote_only = [d for d in where if not d.local and d.remote]
     missing = [d for d in where if not d.local and not d.remote]
@@ -364,9 +373,13 @@ def fsck_cmd(
         f"pointer files in {scope}: {len(where)}: {local} in the local store, "
         f"{len(remote_only)} only on {asked or 'the remote'}, {len(missing)} missing"
     )
-    if report.problems:
-        damaged = len(report.problems)
-        _say(f"git-xet: integrity error: {damaged} damaged object(s) in the local store")
+    if report.problems or liars:
+        what = []
+        if report.problems:
+            what.append(f"{len(report.problems)} damaged object(s) in the local store")
+        if liars:
+            what.append(f"{len(liars)} pointer file(s) whose oid does not match their data")
+        _say(f"git-xet: integrity error: {'; '.join(what)}")
         raise typer.Exit(3)
     if missing:
         _say(f"git-xet: not found: the data of {len(missing)} file(s) is nowhere to be had")

@@ -6,13 +6,16 @@ it is on a remote when the remote knows a shard for it (a remote's shards are ac
 once their xorbs are there, so that is enough). :func:`verify_store` re-reads a whole store:
 every xorb's footer must hash to its name and every chunk to its footer entry, every shard
 must parse, be named by its hash and name only xorbs that are present.
+:func:`verify_pointers` reads the files pointers name and checks their ``oid sha256``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from gitxet.data.reconstruct import FileReader
 from gitxet.data.transfer import CASRemote
 from gitxet.errors import FormatError, GitxetError
 from gitxet.formats import shard as shardfmt
@@ -22,6 +25,7 @@ from gitxet.store.cas import LocalCAS
 
 __all__ = [
     "DataLocation",
+    "PointerMismatch",
     "StoreProblem",
     "StoreReport",
     "count_unpushed",
@@ -30,6 +34,7 @@ __all__ = [
     "locate",
     "missing_files",
     "on_remote",
+    "verify_pointers",
     "verify_store",
 ]
 
@@ -60,6 +65,15 @@ class StoreReport:
     xorbs: int
     shards: int
     problems: tuple[StoreProblem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PointerMismatch:
+    """A pointer file whose ``oid sha256`` is not the SHA-256 of the data it names."""
+
+    path: str
+    pointer: Pointer
+    actual: str  # the data's SHA-256, hex
 
 
 def is_local(cas: LocalCAS, file_hash: bytes) -> bool:
@@ -157,6 +171,38 @@ def verify_store(cas: LocalCAS, progress: Callable[[int], None] | None = None) -
     return StoreReport(xorbs, shards, tuple(problems))
 
 
+def verify_pointers(
+    cas: LocalCAS,
+    found: Sequence[tuple[str, Pointer]],
+    progress: Callable[[int], None] | None = None,
+) -> list[PointerMismatch]:
+    """The pointers of ``found`` whose ``oid sha256`` is not that of their data: each file
+    the store holds is read once (however many pointers name it) and hashed; files not
+    here, or whose data is damaged (:func:`verify_store` reports that), are skipped."""
+    by_file: dict[str, list[tuple[str, Pointer]]] = {}
+    for path, ptr in found:
+        by_file.setdefault(ptr.xet_hash, []).append((path, ptr))
+    out: list[PointerMismatch] = []
+    for xet_hex, named in by_file.items():
+        fhash = from_hex(xet_hex)
+        if named[0][1].size == 0:
+            actual = hashlib.sha256().hexdigest()
+        elif not is_local(cas, fhash):
+            continue
+        else:
+            try:
+                sha = hashlib.sha256()
+                for block in FileReader(cas, fhash).iter_blocks():
+                    sha.update(block)
+                    if progress is not None:
+                        progress(len(block))
+            except GitxetError:  # damaged or gone: verify_store says so
+                continue
+            actual = sha.hexdigest()
+        out.extend(PointerMismatch(p, ptr, actual) for p, ptr in named if ptr.sha256 != actual)
+    return out
+
+
 def _check_shard(cas: LocalCAS, name: str) -> str | None:
     try:
         data = cas.shard_bytes(name)
@@ -169,6 +215,14 @@ def _check_shard(cas: LocalCAS, name: str) -> str | None:
     except FormatError as exc:
         return _reason(exc)
     missing = _missing_xorbs(cas, shard)
+    for x in missing:
+        kept = cas.quarantined(x)
+        if kept is not None:
+            return (
+                f"names xorb {to_hex(x)}, which was found corrupt and set aside in {kept}; "
+                "get it again with 'git xet fetch' (or 'git xet checkout') from a remote that "
+                "has it, or upload it there first with 'git xet push' from a clone that has it"
+            )
     if missing:
         return f"names xorb {to_hex(missing[0])}, which is not in the store"
     return None

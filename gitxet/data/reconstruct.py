@@ -26,17 +26,22 @@ so wrong bytes are never returned: corruption raises :class:`IntegrityError`.
 from __future__ import annotations
 
 import bisect
+import hashlib
+import io
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from gitxet.errors import FileNotFoundInCASError, GitxetError, IntegrityError
 from gitxet.formats.shard import FileInfo, FileTerm
 from gitxet.hashing import ZERO_HASH, file_hash, to_hex, verification_hash
 from gitxet.util.lru import LRUCache
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 
 class Layout(Protocol):
@@ -445,13 +450,34 @@ class FileReader:
                 yield b"".join(self.source.read_chunks(t.xorb_hash, i, j))
                 i = j
 
-    def copy_to(self, out: BinaryIO) -> int:
+    def copy_to(self, out: BinaryIO, *, sha256: str | None = None) -> int:
         """Write the whole file to ``out``; returns the byte count.
 
         From a :class:`FetchSource`, up to :data:`COPY_WINDOW` bytes of ranges are fetched
         in parallel ahead of the one being written; a range several terms use is fetched
         once while it is in the window.
+
+        With ``sha256`` (a pointer's ``oid``, hex), the bytes are hashed as they are
+        written (in file order, also when written at offsets) and checked at the end.
+
+        Raises:
+            IntegrityError: the content's SHA-256 is not ``sha256`` (``out`` then holds
+                bytes the caller must throw away).
         """
+        if sha256 is None:
+            return self._copy(out)
+        hashing = _Sha256Out.around(out)
+        n = self._copy(hashing)  # type: ignore[arg-type]
+        got = hashing.hexdigest()
+        if got != sha256:
+            raise IntegrityError(
+                "file",
+                to_hex(self.file_hash),
+                f"content has sha256 {got}, its pointer says {sha256}",
+            )
+        return n
+
+    def _copy(self, out: BinaryIO) -> int:
         if self._fetch is None:
             n = 0
             for block in self.iter_blocks():
@@ -575,3 +601,65 @@ class FileReader:
             for _, fut in pending:
                 fut.cancel()
         return written
+
+
+class _Sha256Out(io.RawIOBase):
+    """Writes through to ``out`` and hashes (SHA-256) what is written, in file order."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self._sha = hashlib.sha256()
+
+    @staticmethod
+    def around(out: BinaryIO) -> _Sha256Out:
+        """A hashing writer around ``out``, positional when ``out`` is."""
+        if callable(getattr(out, "write_at", None)):
+            return _Sha256PositionalOut(out)
+        return _Sha256Out(out)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: ReadableBuffer) -> int:  # type: ignore[override]
+        view = memoryview(data)
+        n = self._out.write(view)
+        self._sha.update(view if n is None else view[:n])
+        return len(view) if n is None else n
+
+    def hexdigest(self) -> str:
+        """The SHA-256 of the bytes written so far (in file order)."""
+        return self._sha.hexdigest()
+
+
+class _Sha256PositionalOut(_Sha256Out):
+    """:class:`_Sha256Out` for an output written at offsets from several threads: a range
+    that arrives before the bytes in front of it is kept (as views: :data:`COPY_WINDOW`
+    bounds them) until the hash reaches it."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        super().__init__(out)
+        self._positional: PositionalOut = out  # type: ignore[assignment]
+        self._lock = threading.Lock()
+        self._hashed = 0  # bytes hashed: the file offset the hash has reached
+        self._early: dict[int, Sequence[memoryview]] = {}
+
+    def write_at(self, offset: int, views: Sequence[memoryview]) -> None:
+        self._positional.write_at(offset, views)
+        with self._lock:
+            if offset != self._hashed:
+                self._early[offset] = views
+                return
+            while True:
+                for v in views:
+                    self._sha.update(v)
+                    self._hashed += len(v)
+                nxt = self._early.pop(self._hashed, None)
+                if nxt is None:
+                    return
+                views = nxt
+
+    def hexdigest(self) -> str:
+        with self._lock:
+            if self._early:  # pragma: no cover - a copy writes every range once, in full
+                raise IntegrityError("file", "", "ranges were written with a gap")
+            return self._sha.hexdigest()

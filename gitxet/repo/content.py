@@ -28,6 +28,8 @@ Progress = Callable[[int], None]
 _MAX_EXPECTED = 10_000
 #: seconds a write waits for a batch of descriptions holding its file (then asks alone)
 _DESCRIBE_WAIT = 120.0
+#: SHA-256 of no bytes: the ``oid`` of every empty file's pointer
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 
 class Content:
@@ -140,9 +142,14 @@ class Content:
 
         Raises:
             DataUnavailableError: no remote has the data (naming those tried).
-            IntegrityError: the data found is not the size the pointer says.
+            IntegrityError: the data found is not the size or the SHA-256 the pointer
+                says (``dst`` then holds bytes the caller must throw away).
         """
         if ptr.size == 0:
+            if ptr.sha256 != EMPTY_SHA256:
+                raise IntegrityError(
+                    "file", ptr.xet_hash, f"is empty, its pointer says sha256 {ptr.sha256}"
+                )
             return
         fhash = from_hex(ptr.xet_hash)
         source: ChunkSource = self.cas
@@ -169,7 +176,7 @@ class Content:
             raise IntegrityError(
                 "file", ptr.xet_hash, f"is {reader.size} bytes, pointer says {ptr.size}"
             )
-        reader.copy_to(dst)
+        reader.copy_to(dst, sha256=ptr.sha256)  # the pointer's oid too, hashed as written
 
     def with_servers(self, order: Sequence[str]) -> ChunkSource:
         """The local store, then the CAS servers of the remotes ``order`` names (those that

@@ -314,6 +314,11 @@ class LocalCAS:
         info = self.file_info(file_hash)
         return info is not None and all(self.has_xorb(t.xorb_hash) for t in info.terms)
 
+    def quarantined(self, xorb_hash: bytes) -> str | None:
+        """Where :meth:`quarantine` set this xorb aside, when it did (and it is not back)."""
+        kept = os.path.join(self.root, "damaged", to_hex(xorb_hash))
+        return kept if os.path.exists(kept) and not self.has_xorb(xorb_hash) else None
+
     def quarantine(self, xorb_hash: bytes) -> None:
         """Move a xorb that failed verification out of the store, to ``damaged/`` (kept:
         its other chunks may be the only copy of some unpushed data), so that it reads as

@@ -1,8 +1,17 @@
-"""A remote whose xorb does not match its hash (bit rot, or someone tampering with it): the
-clone fails naming the xorb, keeps no damaged copy in its store (it is moved to
-``<store>/damaged``), and once the remote is repaired ``git xet checkout`` and a plain
-``git checkout`` get the data again. Before, the bad xorb stayed in the clone's store (it
-is hard-linked from a remote on the same disk) and every later read failed."""
+"""Damaged and hostile data through the CLI, as users run it.
+
+* A remote whose xorb does not match its hash (bit rot, or someone tampering with it): the
+  clone fails naming the xorb, keeps no damaged copy in its store (it is moved to
+  ``<store>/damaged``), and once the remote is repaired ``git xet checkout`` and a plain
+  ``git checkout`` get the data again. Before, the bad xorb stayed in the clone's store (it
+  is hard-linked from a remote on the same disk) and every later read failed.
+* After a read finds a local xorb corrupt and sets it aside, ``git xet fsck`` says so, where
+  the copy is and how to repair it (not "not in the store"), and ``git xet fetch`` repairs.
+* A pointer naming real data by its ``xet-hash`` but another ``oid sha256`` (the oid is
+  normative: docs/internals/pointer.md rule 5) is refused by ``git xet clone``, a plain
+  ``git clone`` (the smudge filter) and ``git xet checkout`` with one line, the file is not
+  written, and ``git xet fsck`` names it (exit 3).
+"""
 
 from __future__ import annotations
 
@@ -29,9 +38,15 @@ def ok(*args: str, cwd: Path) -> str:
     return r.stdout
 
 
-def test_a_damaged_remote_xorb_is_not_kept_and_is_fetched_again_once_repaired(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def one_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in stderr, stderr
+    return lines[-1]
+
+
+@pytest.fixture
+def published(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A work repository whose a.bin (DATA) is pushed to a bare remote ``remote.git``."""
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     remote, work = tmp_path / "remote.git", tmp_path / "work"
     ok("git", "init", "-q", "--bare", str(remote), cwd=tmp_path)
@@ -40,7 +55,15 @@ def test_a_damaged_remote_xorb_is_not_kept_and_is_fetched_again_once_repaired(
     (work / "a.bin").write_bytes(DATA)
     ok("git", "add", ".", cwd=work)
     ok("git", "commit", "-qm", "one", cwd=work)
-    ok("git", "push", "-q", str(remote), "HEAD:main", cwd=work)
+    ok("git", "remote", "add", "origin", str(remote), cwd=work)
+    ok("git", "push", "-q", "origin", "HEAD:main", cwd=work)
+    return work, remote
+
+
+def test_a_damaged_remote_xorb_is_not_kept_and_is_fetched_again_once_repaired(
+    published: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _work, remote = published
     (xorb,) = (remote / "xet" / "xorbs").glob("*/*")
     good = xorb.read_bytes()
     bad = bytearray(good)
@@ -79,3 +102,73 @@ def test_a_damaged_remote_xorb_is_not_kept_and_is_fetched_again_once_repaired(
     put(good)
     ok("git", "checkout", "-f", "HEAD", "--", ".", cwd=plain)
     assert (plain / "a.bin").read_bytes() == DATA
+
+
+def test_a_pointer_whose_oid_is_not_its_data_is_refused_and_reported(
+    published: tuple[Path, Path], tmp_path: Path
+) -> None:
+    work, remote = published
+    good = ok("git", "show", "HEAD:a.bin", cwd=work).encode()
+    lie = good.replace(good[good.index(b"sha256:") + 7 :][:64], b"ab" * 32)
+    assert lie != good and len(lie) == len(good)
+    blob = subprocess.run(
+        ["git", "hash-object", "-w", "--no-filters", "--stdin"],
+        cwd=work, input=lie, capture_output=True, check=True, timeout=60,
+    ).stdout.decode().strip()  # fmt: skip
+    ok("git", "update-index", "--add", "--cacheinfo", f"100644,{blob},b.bin", cwd=work)
+    ok("git", "commit", "-qm", "a pointer that lies about its oid", cwd=work)
+    ok("git", "push", "-q", "origin", "HEAD:main", cwd=work)
+
+    r = run("git-xet", "fsck", cwd=work)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "damaged  pointer b.bin" in r.stdout, r.stdout
+    assert "a.bin" not in r.stdout.replace("damaged  pointer b.bin", "")
+    assert "oid does not match" in one_line(r.stderr)
+
+    r = run("git-xet", "clone", str(remote), "clone", cwd=tmp_path)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    line = one_line(r.stderr)
+    assert "b.bin" in line and "sha256" in line, r.stderr
+    clone = tmp_path / "clone"
+    assert (clone / "a.bin").read_bytes() == DATA  # the honest file is written
+    assert (clone / "b.bin").read_bytes() == lie  # the other stays the pointer it is
+    r = run("git-xet", "checkout", cwd=clone)
+    assert r.returncode == 3 and "b.bin" in one_line(r.stderr), r.stderr
+    assert (clone / "b.bin").read_bytes() == lie
+    assert not list((clone / ".git" / "xet" / "tmp").glob("*"))  # no half-written file
+
+    plain = tmp_path / "plain"
+    config = ["--config", "filter.xet.process=git-xet filter-process"]
+    config += ["--config", "filter.xet.required=true"]
+    r = run("git", "clone", "-q", *config, str(remote), str(plain), cwd=tmp_path)
+    assert r.returncode != 0 and "sha256" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (plain / "b.bin").exists() or (plain / "b.bin").read_bytes() != DATA
+
+
+def test_fsck_after_a_corrupt_xorb_was_set_aside_says_so_and_fetch_repairs(
+    published: tuple[Path, Path],
+) -> None:
+    work, _remote = published
+    store = work / ".git" / "xet"
+    (xorb,) = (store / "xorbs").glob("*/*")
+    bad = bytearray(xorb.read_bytes())
+    bad[len(bad) // 2] ^= 0xFF  # inside a chunk's data: the footer still names it
+    xorb.unlink()  # a new file: the remote's copy may be a hard link of this one
+    xorb.write_bytes(bytes(bad))
+    (work / "a.bin").unlink()
+    r = run("git", "checkout", "--", "a.bin", cwd=work)  # the read that finds it corrupt
+    assert r.returncode != 0 and f"xorb {xorb.name}" in r.stderr, r.stderr
+    kept = store / "damaged" / xorb.name
+    assert kept.read_bytes() == bytes(bad)
+
+    r = run("git-xet", "fsck", cwd=work)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "set aside in" in r.stdout and str(kept) in r.stdout, r.stdout
+    assert "corrupt" in r.stdout and "git xet fetch" in r.stdout, r.stdout
+    assert "which is not in the store" not in r.stdout
+    assert "Traceback" not in r.stderr
+
+    ok("git-xet", "fetch", cwd=work)
+    ok("git-xet", "fsck", cwd=work)
+    ok("git", "checkout", "--", "a.bin", cwd=work)
+    assert (work / "a.bin").read_bytes() == DATA

@@ -110,3 +110,21 @@ def test_push_uploads_and_names_what_is_not_here(
     content.names[ptr.xet_hash] = "data/only-on-origin.bin"  # not in this store
     with pytest.raises(NotFoundError, match=r"data/only-on-origin\.bin"):
         content.push("backup", [ptr])
+
+
+def test_a_pointer_whose_sha256_disagrees_is_refused(pair: tuple[Content, Pointer, Path]) -> None:
+    """The ``oid`` is normative (docs/internals/pointer.md rule 5): a pointer naming real data
+    by its xet-hash but another SHA-256 is refused once the bytes are hashed."""
+    content, ptr, _ = pair
+    liar = Pointer(sha256="ab" * 32, size=ptr.size, xet_hash=ptr.xet_hash)
+    with pytest.raises(IntegrityError, match=r"sha256"):
+        content.write(liar, io.BytesIO())
+    content.ensure_local([ptr])  # and from the local store (the other copy path)
+    with pytest.raises(IntegrityError, match=r"sha256"):
+        content.write(liar, io.BytesIO())
+    out = io.BytesIO()
+    content.write(ptr, out)
+    assert out.getvalue() == DATA
+    empty_liar = Pointer(sha256="ab" * 32, size=0, xet_hash="0" * 64)
+    with pytest.raises(IntegrityError, match=r"sha256"):
+        content.write(empty_liar, io.BytesIO())

@@ -372,3 +372,46 @@ def test_write_parts_resumes_short_writes(tmp_path: str, monkeypatch: pytest.Mon
     with open(path, "rb") as f:
         assert f.read() == b"".join(parts)
     assert max(calls) == casmod._IOV_MAX and len(calls) > 3
+
+
+def test_the_sha256_of_ranges_written_at_offsets_out_of_order_is_that_of_the_file() -> None:
+    """copy_to(sha256=...) hashes in file order also when ranges are written at offsets by
+    several threads, in any order (the path of a clone from a server)."""
+    import hashlib
+    import threading
+    from collections.abc import Sequence
+
+    from gitxet.data.reconstruct import _Sha256Out
+
+    data = random.Random(11).randbytes(1 << 20)
+    buf = bytearray(len(data))
+
+    class Positional(io.RawIOBase):
+        def writable(self) -> bool:
+            return True
+
+        def write_at(self, offset: int, views: Sequence[memoryview]) -> None:
+            for v in views:
+                buf[offset : offset + len(v)] = v
+                offset += len(v)
+
+    hashing = _Sha256Out.around(Positional())  # type: ignore[arg-type]
+    assert callable(getattr(hashing, "write_at", None))
+    cuts = sorted(random.Random(3).sample(range(1, len(data)), 40))
+    ranges = list(zip([0, *cuts], [*cuts, len(data)], strict=True))
+    random.Random(5).shuffle(ranges)
+    threads = [
+        threading.Thread(
+            target=hashing.write_at,  # type: ignore[attr-defined]
+            args=(a, [memoryview(data)[a : (a + b) // 2], memoryview(data)[(a + b) // 2 : b]]),
+        )
+        for a, b in ranges
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert bytes(buf) == data
+    assert hashing.hexdigest() == hashlib.sha256(data).hexdigest()
+    plain = _Sha256Out.around(io.BytesIO())  # type: ignore[arg-type]
+    assert not callable(getattr(plain, "write_at", None))
