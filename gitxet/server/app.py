@@ -458,6 +458,13 @@ async def xorb_data(request: Request) -> Response:
             raise IntegrityError("xorb", hx, "stored object is truncated")
         return Response(data, status_code=status, headers=headers, media_type=p.OCTET)
 
+    # A stored object cut short (a disk or bucket fault) must fail before the 206 headers
+    # go out: its last byte is read first (the object is immutable), so the stream below
+    # never breaks off halfway
+    last = await run_in_threadpool(backend.get_range, key, end, 1)
+    if len(last) != 1:
+        raise IntegrityError("xorb", hx, "stored object is truncated")
+
     async def pieces() -> AsyncIterator[bytes]:
         pos = start
         while pos <= end:
@@ -565,9 +572,10 @@ def _exc_response(exc: Exception) -> Response:
     if isinstance(exc, BackendError):
         log.error("storage failure: %s", exc)
         return _error(503, "storage temporarily unavailable", {"Retry-After": "1"})
-    if isinstance(exc, IntegrityError):
-        log.error("integrity failure: %s", exc)
-        return _error(500, "stored data failed verification")
+    if isinstance(exc, IntegrityError):  # the server's stored copy (uploads are checked)
+        log.error("stored data is damaged: %s", exc)
+        # 410, not 500: a damaged object stays damaged, so a client must not retry it
+        return _error(410, f"{exc}: this server's copy is damaged; it cannot be served")
     if isinstance(exc, GitError):
         log.error("git failure: %s", exc)
         return _error(500, "git backend failed")

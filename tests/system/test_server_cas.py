@@ -367,3 +367,35 @@ def test_a_xorb_gone_from_storage_is_404_not_a_retried_500(srv: Srv) -> None:
     with CASClient(srv.url, srv.read) as c, pytest.raises(RemoteError) as ei:
         read_back(c, up.file_hash)
     assert ei.value.status == 404  # not retried as a 500 would be (seconds of backoff)
+
+
+def test_a_truncated_stored_xorb_is_a_clean_410_not_a_retried_500(
+    srv: Srv, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stored xorb cut short (a disk or bucket fault): a range reaching past what is left
+    answers 410 with a JSON error and one server log line, before any byte of a streamed
+    (> 8 MiB) answer is sent; gitxet's client fails at once with that status."""
+    up = build_upload(random.Random(73).randbytes(12 << 20))  # > 8 MiB: streamed answers
+    service = srv.server.state.service
+    service.put_xorb(up.xorb.hash, up.xorb.body)  # in-process: past --max-body
+    with CASClient(srv.url, srv.write) as c:
+        c.upload_shard(up.shard)
+    doc = _get(srv, f"/v1/reconstructions/{to_hex(up.file_hash)}", srv.read).json()
+    [entry] = doc["fetch_info"][to_hex(up.xorb.hash)]
+    key = f"xorbs/default/{to_hex(up.xorb.hash)}"
+    stored = service.backend.get(key)
+    half = len(stored) // 2
+    service.backend.put(key, stored[:half])
+    assert httpx.get(entry["url"], headers={"Range": "bytes=0-99"}).status_code == 206
+    body = len(up.xorb.body)
+    for rng in (f"0-{body - 1}", f"{half - 10}-{half + 10}", f"{half + 5}-{half + 6}"):
+        with caplog.at_level("ERROR", logger="gitxet.server"):
+            caplog.clear()
+            r = httpx.get(entry["url"], headers={"Range": f"bytes={rng}"}, timeout=60)
+        assert r.status_code == 410, (rng, r.status_code, r.text[:200])
+        assert "truncated" in r.json()["error"]
+        assert any("stored data is damaged" in m for m in caplog.messages), caplog.messages
+    with CASClient(srv.url, srv.read) as c, pytest.raises(RemoteError) as ei:
+        read_back(c, up.file_hash)
+    assert ei.value.status == 410  # not retried as a 500 would be (seconds of backoff)
+    assert "\n" not in str(ei.value) and "truncated" in str(ei.value)
