@@ -45,13 +45,22 @@ def missing(extra: str, exc: ImportError) -> errors.MissingDependencyError:
     return errors.MissingDependencyError(feature, name, None, system or str(exc))
 
 
-def require(extra: str) -> None:
-    """Import what ``extra`` provides, or fail with one line naming what to install."""
+def require(extra: str, *, load: bool = True) -> None:
+    """Import what ``extra`` provides, or fail with one line naming what to install.
+
+    ``load=False`` only checks that the modules are installed, without importing them (a
+    process that starts the one using them: the system library a module loads is then
+    checked, and reported, by that process).
+    """
     import importlib
+    import importlib.util
 
     for module in EXTRAS[extra][1]:
         try:
-            importlib.import_module(module)
+            if load:
+                importlib.import_module(module)
+            elif importlib.util.find_spec(module) is None:
+                raise ModuleNotFoundError(f"No module named {module!r}", name=module)
         except ImportError as exc:
             raise missing(extra, exc) from None
 

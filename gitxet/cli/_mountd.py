@@ -1,35 +1,66 @@
 """The FUSE mount daemon's side of ``git xet mount``: its command line, serving, upgrading.
 
-A background FUSE mount is ``python -m gitxet.mount.supervisor ... -- git-xet mount
---foreground ...``: the supervisor mounts and holds the FUSE connection, the serving
-process (this module's :func:`serve_fuse`, run with ``--fuse-takeover``) serves it and can
-be replaced (see ``gitxet.mount.supervisor``). Every serving process keeps metrics
+A background FUSE mount is ``python -m gitxet.mount.supervisor ... -- python -m gitxet
+mount-serve SPEC``: the supervisor mounts and holds the FUSE connection, the serving
+process (:func:`serve_main`, run with ``--fuse-takeover``) serves it and can be replaced
+(see ``gitxet.mount.supervisor``). SPEC is the :class:`Daemon` as JSON, and ``mount-serve``
+is dispatched by ``gitxet.cli.entry`` before typer: a serving process imports only what it
+serves with (typer and the CLI app cost more than a fifth of its start-up, which a reader
+waits for at every mount and failover). Every serving process keeps metrics
 (``gitxet.mount.metrics``): an endpoint with ``--metrics``, and a file beside its log that
-``git xet mounts`` summarizes.
+``git xet mounts`` summarizes. This module does not import typer.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from gitxet.errors import MountError, NotFoundError
+from gitxet.errors import FormatError, MountError, NotFoundError
 from gitxet.settings import strip_credentials
 
 if TYPE_CHECKING:
-    from gitxet.dataset import Dataset
+    from gitxet.dataset import Dataset, HttpAccess
     from gitxet.mount.follow import Follower
 
 #: dir, size, offline, prefetch, cache tier, token file
 Cache = tuple[str | None, str | None, bool, str | None, str | None, str | None]
+
+SERVE_COMMAND = "mount-serve"  # the serving process's command (hidden; see the docstring)
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def cache_access(cache: Cache) -> HttpAccess:
+    """Access to http(s) repositories with a mount's cache settings."""
+    from gitxet.cli._env import http_access
+
+    cache_dir, cache_size, offline, prefetch, cas_url, token_file = cache
+    return http_access(
+        cache_dir,
+        cache_size,
+        offline=offline,
+        prefetch=prefetch,
+        cas_url=cas_url,
+        token_file=token_file,
+    )
+
+
+def open_fs(repo: str, commit: str, subdir: str | None, cache: Cache):  # type: ignore[no-untyped-def]
+    """(dataset, full sha, CommitFS) of ``commit`` in ``repo``, through the one resolver."""
+    from gitxet.dataset import open_commit
+
+    opened = open_commit(repo, commit, subdir or "", cache_access(cache))
+    return opened.dataset, opened.commit, opened.fs
 
 
 @dataclass(frozen=True)
@@ -47,41 +78,32 @@ class Daemon:
     watch: tuple[str, float] | None = None  # (branch, seconds between polls)
 
     def serving_argv(self, metrics_file: str) -> list[str]:
-        """``git-xet mount --foreground ...`` for one serving process."""
+        """``python -m gitxet mount-serve SPEC`` for one serving process (:func:`serve_main`)."""
         from gitxet.settings import cache_root
 
-        cache_dir, cache_size, offline, prefetch, cas_url, token_file = self.cache
-        argv = [sys.executable, "-m", "gitxet", "mount", "--foreground"]
-        argv += ["--cache-dir", cache_root(cache_dir), "--metrics-file", metrics_file]
-        if self.subdir:
-            argv += ["--subdir", self.subdir]
-        if self.allow_other:
-            argv.append("--allow-other")
-        if cache_size:
-            argv += ["--cache-size", cache_size]
-        if offline:
-            argv.append("--offline")
-        if prefetch:
-            argv += ["--prefetch", prefetch]
-        if cas_url:
-            argv += ["--cas-url", cas_url]
-        if token_file:
-            argv += ["--token-file", token_file]  # a path, never the token itself
-        if not self.read_around:
-            argv.append("--no-read-around")
-        if self.metrics:
-            argv += ["--metrics", self.metrics]
-        rev = self.sha
-        if self.watch is not None:
-            rev = self.watch[0]  # each serving process follows the branch itself
-            argv.append(f"--watch={self.watch[1]:g}s")
-        return [*argv, "--", self.repo, rev, self.mnt]
+        spec = asdict(self)
+        spec["cache"] = [cache_root(self.cache[0]), *self.cache[1:]]  # the daemon runs in /
+        spec["metrics_file"] = metrics_file  # token_file is a path: never the token itself
+        return [sys.executable, "-m", "gitxet", SERVE_COMMAND, json.dumps(spec, sort_keys=True)]
+
+    @classmethod
+    def from_spec(cls, text: str) -> tuple[Daemon, str | None]:
+        """The daemon and metrics file :meth:`serving_argv` wrote into SPEC."""
+        try:
+            spec: dict[str, Any] = json.loads(text)
+            metrics_file = spec.pop("metrics_file")
+            spec["cache"] = tuple(spec["cache"])
+            if spec["watch"] is not None:
+                spec["watch"] = tuple(spec["watch"])
+            return cls(**spec), metrics_file
+        except (ValueError, TypeError, KeyError) as exc:
+            raise FormatError("mount-serve SPEC", f"not a serving process's spec: {exc}") from None
 
     def start(self, timeout: float, log_path: str, token: str | None, *, supervise: bool):  # type: ignore[no-untyped-def]
         """Start the daemon (supervised unless told otherwise) and wait until it serves."""
-        from gitxet.mount.fuse import mount_options
-        from gitxet.mount.metrics import metrics_file_for
-        from gitxet.mount.runner import start_background
+        # the runner, not the FUSE adapter or the metrics module: this process never serves,
+        # and trio, pyfuse3 and prometheus_client cost a tenth of a second to import
+        from gitxet.mount.runner import metrics_file_for, mount_options, start_background
         from gitxet.settings import TOKEN_ENV, child_env
 
         if self.metrics:
@@ -121,7 +143,6 @@ def serve_fuse(
     """Serve ``repo`` at ``commit`` on ``mnt`` in this process until it is unmounted (or,
     taken over from a supervisor, until this process is told to stop). With ``watch``,
     ``commit`` is a branch polled every ``watch`` seconds (``gitxet.mount.follow``)."""
-    from gitxet.cli.mountcmds import _open_fs
     from gitxet.mount.fuse import serve
     from gitxet.mount.metrics import MountMetrics
     from gitxet.mount.supervisor import parse_takeover
@@ -136,7 +157,7 @@ def serve_fuse(
     follower: Follower | None = None
     try:
         if watch is None:
-            ds, sha, fs = _open_fs(repo, commit, subdir, *cache)
+            ds, sha, fs = open_fs(repo, commit, subdir, cache)
         else:
             ds, follower = _following(repo, commit, subdir, cache, watch, metrics_file, takeover)
             fs = follower.fs
@@ -145,7 +166,7 @@ def serve_fuse(
         if takeover is not None:
             takeover.close()
         raise
-    typer.echo(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}", err=True)
+    _say(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}")
     counters = MountMetrics(mnt, sha)
     if ds.server is not None:
         counters.watch_source(ds.server)
@@ -155,7 +176,7 @@ def serve_fuse(
     try:
         if metrics:
             endpoint = counters.serve(metrics)
-            typer.echo(f"git-xet: metrics on http://{metrics}/metrics", err=True)
+            _say(f"git-xet: metrics on http://{metrics}/metrics")
         if metrics_file:
             writer = counters.write_periodically(metrics_file, stop)
         serve(
@@ -178,6 +199,36 @@ def serve_fuse(
         fs.close()
 
 
+def serve_main(args: list[str]) -> int:
+    """``git-xet mount-serve SPEC [--fuse-takeover=...]``: one serving process of a background
+    FUSE mount, started by its supervisor (no typer: see the module docstring)."""
+    import argparse
+
+    from gitxet.cli._errors import require
+    from gitxet.mount.supervisor import TAKEOVER_OPTION
+
+    parser = argparse.ArgumentParser(prog=f"git-xet {SERVE_COMMAND}", add_help=False)
+    parser.add_argument("spec")
+    parser.add_argument(TAKEOVER_OPTION, dest="takeover")
+    parsed = parser.parse_args(args)
+    daemon, metrics_file = Daemon.from_spec(parsed.spec)
+    require("mount")
+    serve_fuse(
+        daemon.repo,
+        daemon.sha if daemon.watch is None else daemon.watch[0],
+        daemon.mnt,
+        daemon.subdir,
+        daemon.cache,
+        daemon.allow_other,
+        daemon.read_around,
+        daemon.metrics,
+        metrics_file,
+        parsed.takeover,
+        watch=None if daemon.watch is None else daemon.watch[1],
+    )
+    return 0
+
+
 def _following(  # type: ignore[no-untyped-def]
     repo: str,
     branch: str,
@@ -190,16 +241,12 @@ def _following(  # type: ignore[no-untyped-def]
     """The dataset and the :class:`Follower` of a watched mount. A serving process that
     replaces a dead one starts from the commits its predecessor served (the kernel may
     hold their inodes); the first one from the branch as it is now."""
-    from gitxet.cli._env import http_access
     from gitxet.dataset import mirror_git_metadata, open_dataset
     from gitxet.mount.follow import Follower, FollowingFS, read_state, state_file_for
 
-    cache_dir, cache_size, offline, prefetch, cas_url, token_file = cache
-    if offline:
+    if cache[2]:  # offline
         raise MountError(repo, "--watch needs the server: it cannot follow a branch --offline")
-    access = http_access(
-        cache_dir, cache_size, prefetch=prefetch, cas_url=cas_url, token_file=token_file
-    )
+    access = cache_access(cache)
     ds = open_dataset(repo, access)
     remote = repo.startswith(("http://", "https://"))
 
@@ -252,4 +299,4 @@ def upgrade(registry, mountpoint: str, timeout: float) -> None:  # type: ignore[
         if time.monotonic() > deadline:
             raise MountError(mnt, f"no new serving process answered within {timeout:g} s")
         time.sleep(0.05)
-    typer.echo(f"git-xet: {mnt} is now served by pid {new} (was {old})", err=True)
+    _say(f"git-xet: {mnt} is now served by pid {new} (was {old})")

@@ -29,6 +29,10 @@ def raise_open_file_limit() -> int:
 def main() -> None:
     raise_open_file_limit()
     argv = sys.argv[1:]
+    if argv[:1] == ["mount-serve"]:  # a mount's serving process: see gitxet.cli._mountd
+        from gitxet.cli.hot import run
+
+        raise SystemExit(run(argv))
     if argv and os.environ.get("GITXET_TRACEBACK") != "1" and not {"-h", "--help"} & set(argv):
         from gitxet.cli.hot import HOT
 

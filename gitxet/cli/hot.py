@@ -280,6 +280,10 @@ def run(argv: list[str]) -> int:
             return credential(args[0])
         elif name == "pre-receive":
             return pre_receive()
+        elif name == "mount-serve":
+            from gitxet.cli._mountd import serve_main
+
+            return serve_main(args)
         elif name in ("post-checkout", "post-merge"):
             pass  # the filter already wrote (or deliberately left) every file
         else:
@@ -309,5 +313,6 @@ HOT = frozenset(
         "post-checkout",
         "post-merge",
         "credential",
+        "mount-serve",
     }
 )

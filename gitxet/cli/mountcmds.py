@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gitxet.cli import _json
+from gitxet.cli._mountd import open_fs as _open_fs
 from gitxet.settings import strip_credentials, url_token
 
 if TYPE_CHECKING:
@@ -82,33 +83,6 @@ TokenFileOpt = Annotated[
         "(GITXET_TOKEN_FILE).",
     ),
 ]
-
-
-def _open_fs(  # type: ignore[no-untyped-def]
-    repo: str,
-    commit: str,
-    subdir: str | None,
-    cache_dir: str | None = None,
-    cache_size: str | None = None,
-    offline: bool = False,
-    prefetch: str | None = None,
-    cas_url: str | None = None,
-    token_file: str | None = None,
-):
-    """(dataset, full sha, CommitFS) of ``commit`` in ``repo``, through the one resolver."""
-    from gitxet.cli._env import http_access
-    from gitxet.dataset import open_commit
-
-    access = http_access(
-        cache_dir,
-        cache_size,
-        offline=offline,
-        prefetch=prefetch,
-        cas_url=cas_url,
-        token_file=token_file,
-    )
-    opened = open_commit(repo, commit, subdir or "", access)
-    return opened.dataset, opened.commit, opened.fs
 
 
 def mount_cmd(
@@ -228,16 +202,7 @@ def mount_cmd(
         )
 
     def access() -> HttpAccess:
-        from gitxet.cli._env import http_access
-
-        return http_access(
-            cache_dir,
-            cache_size,
-            offline=offline,
-            prefetch=prefetch,
-            cas_url=cas_url,
-            token_file=token_file,
-        )
+        return _mountd.cache_access(cache)
 
     if fuse_takeover is not None:
         # a serving process started by the supervisor: the mount exists already (and a stat
@@ -249,7 +214,7 @@ def mount_cmd(
     if dead is None:
         _check_mountpoint(mnt, nonempty)
     if not nfs:
-        require_mount()
+        require_mount(load=foreground)  # a background mount's daemon imports it (and says)
     if dead is not None:
         # a dead mount of the same repo and commit is repaired: detached, then mounted anew
         from gitxet.dataset import open_dataset
@@ -294,7 +259,7 @@ def mount_cmd(
         )
         return
     if nfs:
-        ds, sha, fs = _open_fs(repo, commit, subdir, *cache)
+        ds, sha, fs = _open_fs(repo, commit, subdir, cache)
         typer.echo(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}", err=True)
         try:
             _mount_nfs(fs, sha, mnt)
@@ -333,11 +298,12 @@ def _check_branch(rev: str, sha: str) -> None:
         )
 
 
-def require_mount() -> None:
-    """Fail with one line naming the extra when FUSE mounts cannot run here."""
+def require_mount(*, load: bool = True) -> None:
+    """Fail with one line naming the extra when FUSE mounts cannot run here (``load=False``:
+    only that it is installed, for a process that leaves the serving to another)."""
     from gitxet.cli._errors import require
 
-    require("mount")
+    require("mount", load=load)
 
 
 def _check_mountpoint(mnt: str, nonempty: bool) -> None:
@@ -492,7 +458,9 @@ def nfs_serve_cmd(
     from gitxet.mount.nfs.handle import fsid_for
     from gitxet.mount.nfs.server import NFSServer
 
-    _, sha, fs = _open_fs(repo, commit, subdir, cache_dir, cache_size, offline, cas_url=cas_url)
+    _, sha, fs = _open_fs(
+        repo, commit, subdir, (cache_dir, cache_size, offline, None, cas_url, None)
+    )
     server = NFSServer(fs, host, port, None, fsid=fsid_for(sha))
     server.start()
     typer.echo(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}", err=True)
@@ -630,7 +598,8 @@ def _summary(log_path: str):  # type: ignore[no-untyped-def]
     if not log_path:
         return None
     try:
-        from gitxet.mount.metrics import metrics_file_for, read_summary
+        from gitxet.mount.metrics import read_summary
+        from gitxet.mount.runner import metrics_file_for
 
         with open(metrics_file_for(log_path), encoding="utf-8") as f:
             return read_summary(f.read(1 << 20))
@@ -700,7 +669,7 @@ def warmup_cmd(
         raise typer.BadParameter(
             "a cache tier caches an http(s) repository: give its URL", param_hint="REPO"
         )
-    _, sha, fs = _open_fs(repo, commit, None, cache_dir, cache_size, cas_url=cas_url)
+    _, sha, fs = _open_fs(repo, commit, None, (cache_dir, cache_size, False, None, cas_url, None))
     todo: list[int] = []
 
     def walk(ino: int) -> None:

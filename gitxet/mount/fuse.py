@@ -37,7 +37,7 @@ from gitxet.errors import MountError
 from gitxet.mount.follow import Follower
 from gitxet.mount.metrics import MountMetrics
 from gitxet.mount.readaround import ChunkedFS, ChunkReadAround
-from gitxet.mount.runner import find_mount, normalize_mountpoint
+from gitxet.mount.runner import find_mount, mount_options, normalize_mountpoint
 from gitxet.mount.supervisor import Takeover
 from gitxet.util.lru import LRUCache
 from gitxet.vfs.model import CommitFS
@@ -61,7 +61,6 @@ _ABANDON_KW = (
     if "abandon_on_cancel" in inspect.signature(trio.to_thread.run_sync).parameters
     else "cancellable"
 )
-_FORBIDDEN_OPTIONS = ("max_read",)  # aborts libfuse under pyfuse3 on this platform
 
 
 def _notify_store(kernel_ino: int, offset: int, data: memoryview) -> None:
@@ -436,28 +435,6 @@ class XetFuseOperations(pyfuse3.Operations):
 
 
 # ---- mounting --------------------------------------------------------------------------------
-
-
-def mount_options(
-    fsname: str = "gitxet", options: Iterable[str] = (), *, allow_other: bool = False
-) -> set[str]:
-    """The FUSE mount options for a read-only gitxet mount.
-
-    ``fsname`` is shown in the mount table; characters libfuse cannot take there (commas,
-    whitespace, non-ASCII) become ``_``. Extra ``options`` must be ASCII without commas, and
-    ``max_read`` is refused (it aborts libfuse under pyfuse3).
-    """
-    safe = "".join(c if c.isascii() and c.isprintable() and c not in ", " else "_" for c in fsname)
-    opts = {"ro", "default_permissions", f"fsname={safe or 'gitxet'}", "subtype=gitxet"}
-    for opt in options:
-        if not opt or not opt.isascii() or "," in opt or not opt.isprintable():
-            raise MountError(fsname, f"bad FUSE mount option {opt!r}")
-        if opt.split("=", 1)[0] in _FORBIDDEN_OPTIONS:
-            raise MountError(fsname, f"mount option {opt!r} is not supported")
-        opts.add(opt)
-    if allow_other:
-        opts.add("allow_other")
-    return opts
 
 
 def tune_readahead(mountpoint: str, kb: int = READ_AHEAD_KB) -> bool:

@@ -238,9 +238,3 @@ def read_summary(text: str) -> Summary:
         cache_misses=values.get(f"{p}_cache_misses_total", 0.0),
         fetched_bytes=values.get(f"{p}_fetched_bytes_total", 0.0),
     )
-
-
-def metrics_file_for(log_path: str) -> str:
-    """Where the daemon logging to ``log_path`` writes its metrics file."""
-    base, _ = os.path.splitext(log_path)
-    return base + ".prom"

@@ -1,7 +1,7 @@
 """Mount lifecycle: start a mount daemon, wait until its mount is live, unmount, remember it.
 
 The daemon is any command that mounts in the foreground and stays running while the mount is
-served (the CLI passes ``python -m gitxet mount --foreground ...``). This module never imports
+served (the CLI passes ``python -m gitxet mount-serve ...``). This module never imports
 the FUSE or NFS adapters, so it serves both kinds.
 
 Readiness and mount state come from ``/proc/self/mountinfo`` rather than ``os.path.ismount``:
@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -120,6 +120,37 @@ def log_path_for(logs_dir: str, mountpoint: str) -> str:
     mnt = normalize_mountpoint(mountpoint)
     base = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(mnt))[:64] or "root"
     return os.path.join(logs_dir, f"{base}-{record_name(mnt)[:16]}.log")
+
+
+_FORBIDDEN_OPTIONS = ("max_read",)  # aborts libfuse under pyfuse3 on this platform
+
+
+def mount_options(
+    fsname: str = "gitxet", options: Iterable[str] = (), *, allow_other: bool = False
+) -> set[str]:
+    """The FUSE mount options for a read-only gitxet mount.
+
+    ``fsname`` is shown in the mount table; characters libfuse cannot take there (commas,
+    whitespace, non-ASCII) become ``_``. Extra ``options`` must be ASCII without commas, and
+    ``max_read`` is refused (it aborts libfuse under pyfuse3).
+    """
+    safe = "".join(c if c.isascii() and c.isprintable() and c not in ", " else "_" for c in fsname)
+    opts = {"ro", "default_permissions", f"fsname={safe or 'gitxet'}", "subtype=gitxet"}
+    for opt in options:
+        if not opt or not opt.isascii() or "," in opt or not opt.isprintable():
+            raise MountError(fsname, f"bad FUSE mount option {opt!r}")
+        if opt.split("=", 1)[0] in _FORBIDDEN_OPTIONS:
+            raise MountError(fsname, f"mount option {opt!r} is not supported")
+        opts.add(opt)
+    if allow_other:
+        opts.add("allow_other")
+    return opts
+
+
+def metrics_file_for(log_path: str) -> str:
+    """Where the daemon logging to ``log_path`` writes its metrics (``gitxet.mount.metrics``)."""
+    base, _ = os.path.splitext(log_path)
+    return base + ".prom"
 
 
 def find_mount(

@@ -8,7 +8,7 @@ held by a supervisor that does nothing else (``python -m gitxet.mount.supervisor
    (``_FUSE_COMMFD``, as libfuse does for unprivileged mounts), and reads the kernel's
    ``FUSE_INIT`` request itself;
 2. it starts the serving process (any command; the CLI passes
-   ``git-xet mount --foreground ...``) with the descriptor inherited and
+   ``python -m gitxet mount-serve SPEC``) with the descriptor inherited and
    ``--fuse-takeover=FD:RESEND:INIT`` added to its command line (before its ``--``);
 3. when the serving process dies (a crash, SIGKILL, an OOM kill) while the mount is still
    there, it starts a new one on the same connection; ``SIGUSR1`` replaces it on purpose

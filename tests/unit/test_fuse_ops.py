@@ -16,7 +16,8 @@ pyfuse3 = pytest.importorskip("pyfuse3", reason="pyfuse3 is not installed (extra
 trio = pytest.importorskip("trio", reason="trio is not installed (extra 'mount')")
 
 from gitxet.errors import MountError  # noqa: E402
-from gitxet.mount.fuse import CACHE_TIMEOUT, XetFuseOperations, mount_options  # noqa: E402
+from gitxet.mount.fuse import CACHE_TIMEOUT, XetFuseOperations  # noqa: E402
+from gitxet.mount.runner import mount_options  # noqa: E402
 from gitxet.vfs.nodes import Attrs, FSStats  # noqa: E402
 from tests.helpers.memfs import MemoryFS  # noqa: E402
 
