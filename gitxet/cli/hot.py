@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 from typing import Any
@@ -120,11 +119,6 @@ def smudge(path: str = "") -> None:
             out.write(chunk)
 
 
-def _has_object(cwd: str, oid: str) -> bool:
-    r = subprocess.run(["git", "cat-file", "-e", oid], cwd=cwd, capture_output=True, check=False)
-    return r.returncode == 0
-
-
 def guard_embedded_remote(remote_url: str) -> None:
     """Give a path/``file://`` remote that is a git repository gitxet's pre-receive hook,
     so a later push of pointers without their data (a clone without the pre-push hook) is
@@ -155,7 +149,6 @@ def guard_embedded_remote(remote_url: str) -> None:
 
 def pre_push(remote: str, url: str = "") -> None:
     """pre-push hook: upload the data of the pushed commits before git updates refs."""
-    from gitxet.git import process
     from gitxet.git.hooks import parse_pre_push_input
 
     if os.environ.get("GITXET_SKIP_PREPUSH") == "1":
@@ -167,8 +160,9 @@ def pre_push(remote: str, url: str = "") -> None:
         return
     repo = open_repo()
     guard_embedded_remote(repo.remote_url(url or remote))
-    exclude = [r.remote_oid for r in refs if not r.is_new and _has_object(repo.cwd, r.remote_oid)]
-    known_remote = remote if remote in process.list_remotes(repo.cwd) else None
+    # the remote's tips: those this clone lacks are skipped by the listing (no git per ref)
+    exclude = [r.remote_oid for r in refs if not r.is_new]
+    known_remote = remote if remote in repo.remotes.names() else None
     pointers = repo.pointers_to_push(revs, exclude, known_remote)
     if pointers:
         total = sum(p.size for p in pointers)

@@ -76,6 +76,7 @@ __all__ = [
     "index_matches",
     "iter_ls_tree",
     "list_remotes",
+    "locate",
     "ls_tree",
     "ref_dates",
     "ref_tips",
@@ -121,6 +122,21 @@ def git_dir(cwd: PathArg) -> Path:
 def toplevel(cwd: PathArg) -> Path:
     """Absolute path of the working tree's top directory (fails in a bare repository)."""
     return Path(os.fsdecode(one_line(run_git(["rev-parse", "--show-toplevel"], cwd))))
+
+
+def locate(cwd: PathArg) -> tuple[Path, Path | None]:
+    """:func:`git_dir` and :func:`toplevel` (None in a bare repository or inside ``.git``)
+    from one git process: every gitxet command, hook and filter starts by asking both."""
+    args: list[GitArg] = ["rev-parse", "--absolute-git-dir", "--show-toplevel"]
+    result = run(args, cwd, None)
+    lines = result.stdout.splitlines()
+    if not lines:  # not a repository (or git failed before printing anything)
+        raise fail(args, result, cwd)
+    git_dir = Path(os.fsdecode(lines[0]))
+    # no work tree: git prints the git directory, then fails on --show-toplevel
+    if result.returncode != 0 or len(lines) < 2:
+        return git_dir, None
+    return git_dir, Path(os.fsdecode(lines[1]))
 
 
 def rev_parse(cwd: PathArg, rev: str) -> str:
@@ -214,10 +230,13 @@ def _rev_list_args(
     exclude: Sequence[str],
     exclude_remote: str | None,
     exclude_refs: bool = False,
+    ignore_missing: bool = False,
 ) -> list[GitArg]:
     if not revs:
         raise GitError("rev-list needs at least one revision")
     args: list[GitArg] = ["rev-list", "--objects"]
+    if ignore_missing:
+        args.append("--ignore-missing")
     args += [no_option(r, "revision") for r in revs]
     if exclude or exclude_remote is not None or exclude_refs:
         args.append("--not")
@@ -261,6 +280,7 @@ def small_blobs(
     max_size: int = MAX_POINTER_SIZE,
     *,
     exclude_refs: bool = False,
+    ignore_missing: bool = False,
 ) -> Iterator[BlobInfo]:
     """Blobs from :func:`rev_list_objects` whose size is at most ``max_size``.
 
@@ -268,9 +288,9 @@ def small_blobs(
     is piped straight into ``cat-file --batch-check`` (no Python in between), so even a
     history with millions of objects costs one pass and flat memory. ``exclude_refs`` also
     leaves out what any ref reaches (``--not --all``): in a pre-receive hook, what a push
-    adds.
+    adds. ``ignore_missing``: revisions this repository lacks are skipped, not an error.
     """
-    args = _rev_list_args(revs, exclude, exclude_remote, exclude_refs)
+    args = _rev_list_args(revs, exclude, exclude_remote, exclude_refs, ignore_missing)
     with tempfile.TemporaryFile() as err:
         try:
             producer = subprocess.Popen(

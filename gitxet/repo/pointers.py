@@ -101,8 +101,10 @@ def paths_in_history(
     cwd: str, revs: Sequence[str], exclude: Sequence[str] = (), remote: str | None = None
 ) -> list[tuple[str, Pointer]]:
     """(path, pointer) of the pointer blobs in commits ``revs`` that ``exclude`` and
-    ``refs/remotes/<remote>`` lack (what a push sends)."""
-    blobs = [(b.oid, b.path) for b in process.small_blobs(cwd, revs, exclude, remote)]
+    ``refs/remotes/<remote>`` lack (what a push sends). ``exclude`` may name commits this
+    repository lacks (a remote's tip nobody fetched here): those are skipped."""
+    found = process.small_blobs(cwd, revs, exclude, remote, ignore_missing=bool(exclude))
+    blobs = [(b.oid, b.path) for b in found]
     return [(os.fsdecode(p), ptr) for p, ptr in read_pointer_blobs(cwd, blobs)]
 
 

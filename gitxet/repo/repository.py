@@ -12,40 +12,39 @@ The local store lives in ``<git dir>/xet``. Data the store lacks comes from the 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-from gitxet.data.audit import DataLocation
-from gitxet.data.clean import IngestResult
-from gitxet.data.dedup import RemoteDedup
-from gitxet.data.staging import StagedIngest
 from gitxet.data.transfer import CASRemote, TransferSummary
 from gitxet.dataset import (
     Remotes,
 )
-from gitxet.errors import (
-    GitError,
-)
 from gitxet.formats.pointer import Pointer
 from gitxet.git import process
-from gitxet.git.filter_protocol import NO_META, SmudgeMeta
-from gitxet.git.xetconfig import Setting
 from gitxet.repo.content import Content, Progress
-from gitxet.repo.filter import FilterHandler
-from gitxet.repo.history import History
-from gitxet.repo.materialize import MaterializedRecords, Materializer
 from gitxet.repo.pointers import (
     PointerFile,
     history_pointers,
     paths_in_history,
     pointer_files,
 )
-from gitxet.settings import (
-    parse_bool,
-)
 from gitxet.store.cas import LocalCAS
+
+if TYPE_CHECKING:
+    # the filter, checkout and history parts are imported when first used: a pre-push hook
+    # (a new Python process on every push) needs none of them
+    from gitxet.data.audit import DataLocation
+    from gitxet.data.clean import IngestResult
+    from gitxet.data.dedup import RemoteDedup
+    from gitxet.data.staging import StagedIngest
+    from gitxet.git.filter_protocol import SmudgeMeta
+    from gitxet.git.xetconfig import Setting
+    from gitxet.repo.filter import FilterHandler
+    from gitxet.repo.history import History
+    from gitxet.repo.materialize import MaterializedRecords, Materializer
 
 
 class XetRepo:
@@ -59,25 +58,54 @@ class XetRepo:
         stats_path: str | None = None,
         remote_factory: Callable[[str], CASRemote] | None = None,
     ) -> None:
-        self.git_dir = Path(process.git_dir(path)).resolve()
-        try:
-            self.worktree: Path | None = Path(process.toplevel(path)).resolve()
-        except GitError:
-            self.worktree = None  # bare
+        git_dir, worktree = process.locate(path)
+        self.git_dir = git_dir.resolve()
+        self.worktree: Path | None = worktree.resolve() if worktree is not None else None
         self.cwd = str(self.worktree or self.git_dir)
         self.cas = LocalCAS(str(self.git_dir / "xet"))
-        if lazy is None:
-            lazy = parse_bool(process.config_get(self.cwd, "xet.lazy") or "", "xet.lazy")
+        self._lazy = lazy
+        self._stats_path = stats_path
         self.remotes = Remotes(self.cwd, remote_factory)
         self.content = Content(self.cas, self.remotes)
-        self.records = MaterializedRecords(self.cas)
-        self.filter = FilterHandler(
-            self.cwd, self.worktree, self.content, self.records, lazy=lazy, stats_path=stats_path
+
+    @functools.cached_property
+    def records(self) -> MaterializedRecords:
+        """Which work-tree files gitxet wrote, from which pointer."""
+        from gitxet.repo.materialize import MaterializedRecords
+
+        return MaterializedRecords(self.cas)
+
+    @functools.cached_property
+    def filter(self) -> FilterHandler:
+        """git's clean and smudge for this repository."""
+        from gitxet.repo.filter import FilterHandler
+        from gitxet.settings import parse_bool
+
+        lazy = self._lazy
+        if lazy is None:
+            lazy = parse_bool(process.config_get(self.cwd, "xet.lazy") or "", "xet.lazy")
+        return FilterHandler(
+            self.cwd,
+            self.worktree,
+            self.content,
+            self.records,
+            lazy=lazy,
+            stats_path=self._stats_path,
         )
-        self.materializer = Materializer(
-            self.git_dir, self.worktree, self.cwd, self.content, self.records
-        )
-        self.history = History(self.cwd, self.worktree, self.content)
+
+    @functools.cached_property
+    def materializer(self) -> Materializer:
+        """Writes and unwrites file content in the work tree."""
+        from gitxet.repo.materialize import Materializer
+
+        return Materializer(self.git_dir, self.worktree, self.cwd, self.content, self.records)
+
+    @functools.cached_property
+    def history(self) -> History:
+        """Where the data of history is."""
+        from gitxet.repo.history import History
+
+        return History(self.cwd, self.worktree, self.content)
 
     @property
     def threshold(self) -> int:
@@ -139,18 +167,24 @@ class XetRepo:
         self.filter.clean(pathname, src, dst)
 
     def smudge(
-        self, pathname: str, src: BinaryIO, dst: BinaryIO, meta: SmudgeMeta = NO_META
+        self, pathname: str, src: BinaryIO, dst: BinaryIO, meta: SmudgeMeta | None = None
     ) -> None:
         """git's smudge (:meth:`FilterHandler.smudge`)."""
-        self.filter.smudge(pathname, src, dst, meta)
+        if meta is None:
+            self.filter.smudge(pathname, src, dst)
+        else:
+            self.filter.smudge(pathname, src, dst, meta)
 
     def can_delay(self, pathname: str) -> bool:
         """Whether git may delay this smudge (:meth:`FilterHandler.can_delay`)."""
         return self.filter.can_delay(pathname)
 
-    def delayed(self, pathname: str, head: bytes, meta: SmudgeMeta = NO_META) -> None:
+    def delayed(self, pathname: str, head: bytes, meta: SmudgeMeta | None = None) -> None:
         """A smudge git delayed (:meth:`FilterHandler.delayed`)."""
-        self.filter.delayed(pathname, head, meta)
+        if meta is None:
+            self.filter.delayed(pathname, head)
+        else:
+            self.filter.delayed(pathname, head, meta)
 
     # ---- content (gitxet.repo.content) ---------------------------------------------------
 

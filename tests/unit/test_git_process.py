@@ -63,6 +63,16 @@ def test_paths(repo: Path) -> None:
     assert gp.toplevel(sub) == repo
     with pytest.raises(NotARepositoryError, match="not a git repository"):
         gp.toplevel(repo.parent)
+    assert gp.locate(sub) == (repo / ".git", repo)  # both from one git process
+    assert gp.locate(repo / ".git") == (repo / ".git", None)  # no work tree in there
+    with pytest.raises(NotARepositoryError, match="not a git repository"):
+        gp.locate(repo.parent)
+
+
+def test_locate_bare(tmp_path: Path, run_git_cmd: Git) -> None:
+    bare = tmp_path / "bare.git"
+    run_git_cmd(tmp_path, "init", "-q", "--bare", str(bare))
+    assert gp.locate(bare) == (bare, None)
 
 
 def test_git_version() -> None:
@@ -273,6 +283,12 @@ def test_rev_list_objects_and_small_blobs(repo: Path, run_git_cmd: Git, tmp_path
 
     with pytest.raises(GitObjectNotFoundError, match="no-such-branch"):
         list(gp.small_blobs(repo, ["no-such-branch"]))
+    # a remote tip this clone never fetched: skipped when asked, an error otherwise
+    unknown = "1" * 40
+    skipped = gp.small_blobs(repo, ["HEAD"], [unknown, first], ignore_missing=True)
+    assert [(b.path, b.size) for b in skipped] == [(b"new/small.txt", 5)]
+    with pytest.raises(GitError):
+        list(gp.small_blobs(repo, ["HEAD"], [unknown]))
     with pytest.raises(GitError, match="invalid revision"):
         list(gp.rev_list_objects(repo, ["--all"]))
     with pytest.raises(GitError, match="at least one"):
