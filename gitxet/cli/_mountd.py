@@ -176,7 +176,9 @@ def serve_fuse(
     try:
         if metrics:
             endpoint = counters.serve(metrics)
-            _say(f"git-xet: metrics on http://{metrics}/metrics")
+            host, port = endpoint.server_address[:2]  # the port bound (ADDR may say 0)
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            _say(f"git-xet: metrics on http://{where}/metrics")
         if metrics_file:
             writer = counters.write_periodically(metrics_file, stop)
         serve(

@@ -249,7 +249,9 @@ def _run(
 ) -> None:
     endpoint = _serve_metrics(cfg, state)
     server = uvicorn.Server(_uvicorn_config(app, cfg))
-    # The bound port: with --port 0 it is known only now (uvicorn says nothing of it).
+    # The bound ports: with port 0 they are known only now (uvicorn says nothing of it).
+    if endpoint is not None:
+        log.info("metrics on %s/metrics", _http_url(*endpoint.server_address[:2]))
     log.info("listening on %s", _http_url(*sock.getsockname()[:2]))
     try:
         server.run(sockets=[sock])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +20,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gitxet.chunking import Chunker
@@ -59,10 +61,41 @@ def build_upload(data: bytes) -> Upload:
 
 
 def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    """A TCP port that was free on 127.0.0.1 a moment ago: it can be taken again before
+    the caller binds it, so only where port 0 cannot be used: third-party servers that do
+    not say which port they got (moto), and a mount daemon's ``--metrics`` (``git xet
+    mounts`` shows the address asked for). Our servers take ``--port 0``: see
+    :func:`logged_port`."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+#: what ``git xet serve`` (and the tier) log once bound: ``listening on http://HOST:PORT``
+LISTENING = re.compile(rb"listening on http://(?:\[[^\]]*\]|[^\s:/]+):(\d+)")
+#: what they log for ``--metrics ADDR``: ``metrics on http://HOST:PORT/metrics``
+METRICS = re.compile(rb"metrics on http://(?:\[[^\]]*\]|[^\s:/]+):(\d+)/metrics")
+
+
+def logged_port(
+    log: str | os.PathLike[str],
+    proc: subprocess.Popen[bytes],
+    timeout: float = 60.0,
+    pattern: re.Pattern[bytes] = LISTENING,
+) -> int:
+    """The port a server of ours started with ``--port 0`` bound, read from its log file
+    (the line is written once the socket listens: connections made after it queue)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(FileNotFoundError):
+            m = pattern.search(Path(log).read_bytes())
+            if m:
+                return int(m.group(1))
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before listening: {log}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {pattern.pattern!r} in {log} after {timeout} s")
+        time.sleep(0.05)
 
 
 def wait_port(
@@ -152,17 +185,15 @@ serve(ServerConfig(root=root, port=port, storage=storage, graceful_timeout=5))
 @contextlib.contextmanager
 def server_process(root: str, storage: str | None, log_path: str) -> Iterator[str]:
     """Run a server in a subprocess (real uvicorn, real signals); yields its URL."""
-    port = free_port()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-c", _SERVE_CODE, root, str(port), storage or ""],
+            [sys.executable, "-c", _SERVE_CODE, root, "0", storage or ""],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **S3_ENV},
         )
         try:
-            wait_port(port, 30.0, proc)
-            yield f"http://127.0.0.1:{port}"
+            yield f"http://127.0.0.1:{logged_port(log_path, proc)}"
         finally:
             stop_process(proc)
 

@@ -50,7 +50,14 @@ from gitxet.server.auth import TokenStore
 from gitxet.server.run import BackgroundServer, BackgroundTier, ServerConfig, TierConfig
 from tests.conftest import seal_git_env
 from tests.helpers.fuse_env import require_fuse
-from tests.helpers.server_env import build_upload, free_port, read_back, stop_process, wait_port
+from tests.helpers.server_env import (
+    METRICS,
+    build_upload,
+    logged_port,
+    read_back,
+    stop_process,
+    wait_port,
+)
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -210,18 +217,20 @@ class TierProcess:
     """`git xet serve --upstream` as a subprocess (so it can be killed)."""
 
     def __init__(self, upstream: str, cache_dir: Path, log: Path, port: int = 0) -> None:
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
         self.log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         argv = [sys.executable, "-m", "gitxet", "serve", "--upstream", upstream]
         argv += ["--cache-dir", str(cache_dir), "--cache-size", "1G"]
-        argv += ["--port", str(self.port), "--log-level", "warning"]
-        argv += ["--metrics", self.metrics_url.removeprefix("http://").removesuffix("/metrics")]
+        # port 0 (any free port, read from the log; ``port``: the one a stopped tier had)
+        argv += ["--port", str(port), "--log-level", "info", "--metrics", "127.0.0.1:0"]
         self.proc = subprocess.Popen(
             argv,
             stdout=self.log,
             stderr=subprocess.STDOUT,
+        )
+        self.port = logged_port(log, self.proc)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.metrics_url = (
+            f"http://127.0.0.1:{logged_port(log, self.proc, pattern=METRICS)}/metrics"
         )
         wait_port(self.port, 30.0, self.proc)
 

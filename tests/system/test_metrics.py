@@ -7,7 +7,6 @@ import json
 import mmap
 import os
 import random
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,14 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from gitxet.server.auth import TokenStore
 from gitxet.server.run import BackgroundServer, ServerConfig
 from tests.helpers.fuse_env import force_unmount, require_fuse
+from tests.helpers.server_env import free_port
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(addr: str) -> dict[str, float]:
@@ -64,8 +58,9 @@ def srv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, 
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("GITXET_STATE_DIR", str(tmp_path / "state"))
-    addr = f"127.0.0.1:{free_port()}"
-    with BackgroundServer(ServerConfig(root=str(root), port=0, metrics=addr)) as s:
+    with BackgroundServer(ServerConfig(root=str(root), port=0, metrics="127.0.0.1:0")) as s:
+        assert s.metrics_endpoint is not None
+        addr = f"127.0.0.1:{s.metrics_endpoint.server_address[1]}"
         yield s.url.replace("http://", f"http://user:{token}@"), addr
 
 
@@ -115,6 +110,8 @@ def test_mount_metrics_match_what_was_read(srv: tuple[str, str], tmp_path: Path)
 
     mnt = tmp_path / "mnt"
     mnt.mkdir()
+    # a port picked before the daemon binds it (the record 'git xet mounts' shows keeps
+    # the address asked for, so port 0 would show as 0 there)
     maddr = f"127.0.0.1:{free_port()}"
     run("git-xet", "mount", "--metrics", maddr, url, "main", str(mnt), cwd=tmp_path)
     try:

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from gitxet.server.auth import TokenStore
-from tests.helpers.server_env import free_port, stop_process, wait_port
+from tests.helpers.server_env import logged_port, stop_process, wait_port
 
 HEADER_TIMEOUT = 2.0
 BODY_TIMEOUT = 2.0
@@ -56,7 +56,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("abuse")
     root = tmp / "root"
     token, _ = TokenStore(str(root)).create("write")
-    port = free_port()
     log = tmp / "serve.log"
     cmd = [
         sys.executable,
@@ -66,7 +65,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "--root",
         str(root),
         "--port",
-        str(port),
+        "0",
         "--header-timeout",
         str(HEADER_TIMEOUT),
         "--body-timeout",
@@ -77,6 +76,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with open(log, "wb") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
     try:
+        port = logged_port(log, proc)
         wait_port(port, 60, proc)
         yield Server(f"http://127.0.0.1:{port}", port, proc, log, token)
     finally:

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from gitxet.server.auth import TokenStore
-from tests.helpers.server_env import free_port, stop_process, wait_port
+from tests.helpers.server_env import logged_port, stop_process, wait_port
 
 # The root app registers these commands via gitxet.cli.serve.register; do the same here so
 # the test does not depend on the assembly in gitxet/cli/app.py.
@@ -30,7 +30,6 @@ app(sys.argv[1:])
 def test_serve_command(tmp_path: Path) -> None:
     root = tmp_path / "root"
     token, rec = TokenStore(str(root)).create("write")
-    port = free_port()
     log = tmp_path / "serve.log"
     with open(log, "wb") as f:
         proc = subprocess.Popen(
@@ -42,7 +41,7 @@ def test_serve_command(tmp_path: Path) -> None:
                 "--root",
                 str(root),
                 "--port",
-                str(port),
+                "0",
                 "--max-body",
                 "1M",
             ],
@@ -50,6 +49,7 @@ def test_serve_command(tmp_path: Path) -> None:
             stderr=subprocess.STDOUT,
         )
     try:
+        port = logged_port(log, proc)
         wait_port(port, 30, proc)
         url = f"http://127.0.0.1:{port}"
         assert httpx.get(f"{url}/healthz").json() == {"status": "ok"}

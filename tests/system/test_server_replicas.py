@@ -18,7 +18,7 @@ from gitxet.server.auth import TokenStore
 from tests.helpers.server_env import (
     S3Server,
     build_upload,
-    free_port,
+    logged_port,
     read_back,
     stop_process,
     wait_port,
@@ -39,14 +39,14 @@ serve(ServerConfig(root=sys.argv[1], port=int(sys.argv[2]), storage=sys.argv[3] 
 def start(
     root: Path, storage: str, log: Path, env: dict[str, str]
 ) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
     with open(log, "wb") as f:
         proc = subprocess.Popen(
-            [sys.executable, "-c", _SERVE, str(root), str(port), storage],
+            [sys.executable, "-c", _SERVE, str(root), "0", storage],
             stdout=f,
             stderr=subprocess.STDOUT,
             env=env,
         )
+    port = logged_port(log, proc)
     wait_port(port, 30, proc)
     return proc, f"http://127.0.0.1:{port}"
 
