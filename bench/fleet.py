@@ -34,13 +34,14 @@ import os
 import random
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from benchlib import drop_caches, free_port, wait_port
 
 FILE_MIB = 256  # the commit is files of this size (the last one smaller)
 
@@ -65,33 +66,6 @@ def sh(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -
     if r.returncode != 0:
         sys.exit(f"{' '.join(args)} failed: {r.stderr.strip()[-800:]}")
     return r.stdout + r.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            sys.exit(f"a server exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    sys.exit(f"nothing listens on {port}")
-
-
-def drop_caches() -> None:
-    subprocess.run(["sync"], check=False)
-    try:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-    except OSError:
-        pass
 
 
 class Fleet:
@@ -243,7 +217,7 @@ class Fleet:
         dirs = [self.work / f"reader-{tag}-{i}" for i in range(n)]
         for d in dirs:
             shutil.rmtree(d, ignore_errors=True)
-        drop_caches()
+        drop_caches(quiet=True)
         names = ",".join(self.expected)
         t0 = time.perf_counter()
         procs = [

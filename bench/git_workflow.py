@@ -4,7 +4,7 @@
 The dataset comes from the shared generator (``make_dataset.py``; 5 versions of ~411-426 MB:
 a 200 MiB binary with inserts, a growing CSV, an .npy with edits, 500 small JSON files). It
 is run at bench time from its own location (``--make-dataset``; default
-``../shared/bench/make_dataset.py`` next to this repository), never copied here.
+``shared/bench/make_dataset.py``, found as ``benchlib.shared_file`` says), never copied here.
 
 For each tool the script makes a work repository and a bare remote on disk, then for each
 version copies the files that changed into the work tree (not timed: an editor or a job
@@ -50,8 +50,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_MAKER = REPO_ROOT.parent / "shared" / "bench" / "make_dataset.py"
+from benchlib import not_found, shared_file
+
+MAKER = "bench/make_dataset.py"  # under the shared directory (benchlib.shared_file)
 LFS_PATTERNS = ("*.bin", "*.csv", "*.npy")
 GOAL_REMOTE_MB = 380.0
 GOAL_FIRST = 1.0
@@ -342,7 +343,7 @@ def print_profiles(profile: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--make-dataset", type=Path, default=DEFAULT_MAKER)
+    ap.add_argument("--make-dataset", type=Path, default=None)
     ap.add_argument("--data", type=Path, help="dataset directory (reused if complete)")
     ap.add_argument("--work", type=Path, help="where repositories go (default: a temp dir)")
     ap.add_argument("--versions", type=int, default=5)
@@ -359,7 +360,10 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="gitxet-bench-", dir=a.work))
     data = a.data or base / "data"
     try:
-        ensure_dataset(a.make_dataset, data, a.versions, a.scale)
+        maker = a.make_dataset or shared_file(MAKER)
+        if maker is None:
+            sys.exit(not_found(MAKER, "--make-dataset PATH"))
+        ensure_dataset(maker, data, a.versions, a.scale)
         env = sealed_env(base / "home")
         sh(["git", "lfs", "install", "--skip-repo"], base, env)
         profile = a.profile.resolve() if a.profile else None

@@ -39,7 +39,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -47,6 +46,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import benchlib
+from benchlib import free_port, peak_rss_kb, wait_port
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = 8 << 20  # node cache range of a sequential read (gitxet.data.remote_source.UNIT)
@@ -63,19 +65,8 @@ DROP = True  # --no-drop: a functional check of this script, not a measurement
 
 
 def drop_caches() -> None:
-    if not DROP:
-        return
-    subprocess.run(["sync"], check=False)
-    try:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-    except OSError:
-        print("(cannot drop the page cache: not root; cold numbers are warm-ish)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    if DROP:
+        benchlib.drop_caches()
 
 
 def write_random(path: Path, size: int, seed: int) -> None:
@@ -94,16 +85,6 @@ def file_sha256(path: Path) -> str:
         while b := f.read(8 << 20):
             h.update(b)
     return h.hexdigest()
-
-
-def peak_rss_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def mount_pid(mnt: Path, env: dict[str, str]) -> int:
@@ -162,14 +143,7 @@ class Bench:
             stderr=subprocess.STDOUT,
         )
         self.url = f"http://127.0.0.1:{port}/data.git"
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        sys.exit("git xet serve did not start")
+        wait_port(port, self.server, what="git xet serve")
 
     def stop_server(self) -> None:
         if self.server is not None:
