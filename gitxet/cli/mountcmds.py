@@ -60,7 +60,7 @@ ReadAroundOpt = Annotated[
     bool,
     typer.Option(
         "--read-around/--no-read-around",
-        help="After a small read, put the rest of its chunk in the page cache (FUSE).",
+        help="Page cache fills: a small read's whole chunk, a small file at open (FUSE).",
     ),
 ]
 CasUrlOpt = Annotated[

@@ -15,7 +15,10 @@ A commit never changes, so attributes, entries (also negative ones) and page-cac
 are cached by the kernel for a long time (``keep_cache``, long timeouts). Reads of data the
 model holds verified are answered on the trio thread (cheaper than a thread hop), the rest
 on workers; after a small read the rest of its chunk is stored into the page cache by a
-worker (``gitxet.mount.readaround``), so nearby reads never reach this process.
+worker (``gitxet.mount.readaround``), so nearby reads never reach this process. A small
+file (up to :data:`FILL_MAX`) is stored whole into the page cache at its first ``open``,
+before the open returns: its reads are page-cache hits, and the trio thread (one core for
+the whole mount) answers no read request for it.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ BLOCK_SIZE = 128 * 1024  # st_blksize: the I/O size we hint to readers
 READ_AHEAD_KB = 1024  # measured ~20% faster sequential reads than the 128 KiB default
 LISTING_ENTRIES = 1 << 18  # directory entries kept listed (all directories together)
 SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get after SIGTERM before they are abandoned
+FILL_MAX = 1 << 20  # files up to this size are stored whole into the page cache at open
+FILLED_INODES = 1 << 16  # inodes remembered as stored (a later open does not store again)
 
 # trio renamed ``cancellable`` to ``abandon_on_cancel`` (0.23) and warns on the old name.
 _ABANDON_KW = (
@@ -107,6 +112,16 @@ class XetFuseOperations(pyfuse3.Operations):
             if read_around and callable(getattr(fs, "chunk_extent", None))
             else None
         )
+        #: puts bytes into the kernel page cache (``FUSE_NOTIFY_STORE``); set by :func:`serve`
+        #: once the mount exists, with ``read_around``: small files are then stored whole at
+        #: their first open (see :meth:`_fill`)
+        self.page_store: Callable[[int, int, memoryview], None] | None = None
+        self._fill_max = FILL_MAX if read_around else 0
+        self._filled: LRUCache[int, bool] = LRUCache(FILLED_INODES)
+        # fills that wait on a disk or a network; apart from reads, which a fill's store may
+        # wait for (see _fill)
+        self._fill_limiter = trio.CapacityLimiter(read_threads)
+        self._open_count: dict[int, int] = {}  # model inode -> handles open (this process's)
         self._lookup_nowait: Callable[[int, bytes], Attrs | None] | None = getattr(
             fs, "lookup_nowait", None
         )
@@ -336,8 +351,13 @@ class XetFuseOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if attrs.kind is not NodeKind.FILE:
             raise pyfuse3.FUSEError(errno.ELOOP)
+        opened = self._open_count.get(ino, 0)
+        self._open_count[ino] = opened + 1
+        if not opened and 0 < attrs.size <= self._fill_max and self._filled.get(ino) is None:
+            await self._fill(inode, ino, attrs.size)
         fh = ino  # stateless: see __init__
-        # keep_cache: pages cached by an earlier open stay valid, the content cannot change.
+        # keep_cache: pages cached by an earlier open stay valid, the content cannot change
+        # (and so do the pages _fill stored).
         return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=False)
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
@@ -366,7 +386,55 @@ class XetFuseOperations(pyfuse3.Operations):
         return data
 
     async def release(self, fh: int) -> None:
-        pass  # handles hold no state
+        # handles hold no state; the count only says when no read of the file can be in flight
+        opened = self._open_count.pop(fh, 0)
+        if opened > 1:
+            self._open_count[fh] = opened - 1
+
+    async def _fill(self, kernel_ino: int, ino: int, size: int) -> None:
+        """Store a small file whole into the page cache before its first open returns.
+
+        Per request, this process costs far more than a page copy, and one thread answers
+        them all: a reader of many small files would otherwise wait on it for every read.
+        The kernel keeps the pages a read waits for locked, and a store into them waits
+        until that read is answered: so a store runs on the trio thread only at the first
+        open of a file with no handle open (no read of it can be in flight), and never in
+        a serving process that took over handles it did not open (``page_store`` unset).
+        Bytes the model holds or can read without waiting (:meth:`_try_read`) are stored
+        right here (a thread hop costs more than the store); the rest are read and stored
+        by a worker, apart from the read workers (its store may wait for a read of the
+        same file by a later open). Best effort: what fails is left to :meth:`read`,
+        which reports it.
+        """
+        if self.page_store is None:
+            return
+        data = self._try_read(ino, 0, size) if self._try_read is not None else None
+        try:
+            if data is not None:
+                self._store_whole(kernel_ino, ino, size, data)
+            else:
+                await trio.to_thread.run_sync(
+                    self._fill_now,
+                    kernel_ino,
+                    ino,
+                    size,
+                    limiter=self._fill_limiter,
+                    **{_ABANDON_KW: True},  # type: ignore[arg-type]  # keyword differs by trio version
+                )
+        except Exception as exc:
+            log.debug("storing inode %d at its open: %s", ino, exc)
+
+    def _fill_now(self, kernel_ino: int, ino: int, size: int) -> None:
+        self._store_whole(kernel_ino, ino, size, self.fs.read(ino, 0, size))
+
+    def _store_whole(self, kernel_ino: int, ino: int, size: int, data: bytes) -> None:
+        store = self.page_store  # None once the mount is closing
+        if store is not None and len(data) == size:
+            store(kernel_ino, 0, memoryview(data))
+            self._filled.put(ino, True)
+            if self.metrics is not None:  # served, though not by a read request
+                with self.metrics.read() as done:
+                    done(size)
 
     # ---- everything that would change the tree -----------------------------------------------
 
@@ -567,7 +635,8 @@ def serve(
     thread, after SIGTERM / SIGINT, which unmount cleanly: requests still running
     ``shutdown_grace`` seconds later are abandoned (their callers get ENOTCONN). ``ready()``
     is called once, in a worker thread, when the mount is live. ``read_around`` turns on
-    chunk read-around (``gitxet.mount.readaround``); ``metrics`` counts reads and errors
+    chunk read-around (``gitxet.mount.readaround``) and stores of small files at their first
+    open (``XetFuseOperations._fill``); ``metrics`` counts reads and errors
     (``gitxet.mount.metrics``). Raises :class:`MountError` when the
     mount cannot be made, and re-raises what ``ready()`` raised after unmounting.
     """
@@ -610,9 +679,12 @@ def serve(
             raise MountError(mnt, f"FUSE mount failed: {exc}") from exc
         if ops.read_around is not None:
             ops.read_around.start()
+        if read_around and (takeover is None or not takeover.resend):
+            ops.page_store = _notify_store  # (a successor serves handles it did not open)
         try:
             trio.run(loop.run)
         finally:
+            ops.page_store = None  # no store may reach a closed session either
             if follower is not None:
                 follower.stop()  # no invalidation may reach a closed session
             # The worker must be done with the session before close() frees it.

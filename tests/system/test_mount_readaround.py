@@ -1,9 +1,11 @@
 """Chunk read-around on a real FUSE mount: after a small read, the rest of its chunk is in
 the kernel page cache (seen with mincore), the bytes are right, and --no-read-around stops it.
+A small file is in the page cache whole once its first open returns.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import ctypes.util
 import hashlib
@@ -44,8 +46,7 @@ def resident_pages(fd: int, size: int) -> bytes:
         _libc.munmap(addr, size)
 
 
-@pytest.fixture
-def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, bytes]:
+def git_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     require_fuse()
     home = tmp_path / "home"
     home.mkdir()
@@ -56,6 +57,11 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, bytes]:
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
     for k, v in (("user.name", "t"), ("user.email", "t@t"), ("init.defaultBranch", "main")):
         subprocess.run(["git", "config", "--global", k, v], check=True)
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, bytes]:
+    git_env(tmp_path, monkeypatch)
     rnd = random.Random(21)
     # incompressible, then compressible (stored LZ4), then an odd-sized incompressible tail
     data = rnd.randbytes(3 << 20) + b"0123456789abcdef" * (1 << 17) + rnd.randbytes(123_457)
@@ -152,3 +158,59 @@ def test_no_read_around_leaves_the_page_cache_to_the_kernel(
             os.close(fd)
     finally:
         unmount(mnt)
+
+
+def test_a_small_file_is_in_the_page_cache_once_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    git_env(tmp_path, monkeypatch)
+    rnd = random.Random(22)
+    files = {
+        "d/small.bin": rnd.randbytes(300_000),  # a pointer (>= 256 KiB), under FILL_MAX
+        "d/tiny.txt": b"a plain git blob\n" * 20,
+        "big.bin": rnd.randbytes(3 << 20),  # over FILL_MAX: left to reads
+    }
+    work = tmp_path / "work"
+    for rel, data in files.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_bytes(data)
+    for args in (["git", "init", "-q"], ["git-xet", "init"], ["git-xet", "add", "."]):
+        subprocess.run(args, cwd=work, check=True, capture_output=True, timeout=120)
+    subprocess.run(["git", "commit", "-qm", "d"], cwd=work, check=True, timeout=60)
+    mnt = tmp_path / "mnt"
+    mount(work, mnt)
+    try:
+        for rel in ("d/small.bin", "d/tiny.txt"):
+            fd = os.open(mnt / rel, os.O_RDONLY)
+            try:  # nothing read yet: every page is there already
+                assert all(resident_pages(fd, len(files[rel]))), rel
+            finally:
+                os.close(fd)
+        fd = os.open(mnt / "big.bin", os.O_RDONLY)
+        try:
+            assert not any(resident_pages(fd, len(files["big.bin"])))
+        finally:
+            os.close(fd)
+
+        # many readers at once, opening and reading the same files: always the right bytes
+        def read_all(rel: str) -> bytes:
+            return (mnt / rel).read_bytes()
+
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            jobs = [(rel, ex.submit(read_all, rel)) for rel in list(files) * 8]
+            for rel, job in jobs:
+                assert job.result(timeout=120) == files[rel], rel
+    finally:
+        unmount(mnt)
+
+    mnt2 = tmp_path / "mnt2"
+    mount(work, mnt2, "--no-read-around")  # leaves the page cache to the kernel
+    try:
+        fd = os.open(mnt2 / "d/small.bin", os.O_RDONLY)
+        try:
+            assert not any(resident_pages(fd, len(files["d/small.bin"])))
+            assert os.pread(fd, 100, 5000) == files["d/small.bin"][5000:5100]
+        finally:
+            os.close(fd)
+    finally:
+        unmount(mnt2)

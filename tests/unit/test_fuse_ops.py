@@ -151,6 +151,43 @@ def test_open_read_release(ops: XetFuseOperations) -> None:
     assert run(ops.read, fi.fh, 0, 5) == data[:5]
 
 
+def test_a_small_file_is_stored_whole_at_its_first_open(
+    ops: XetFuseOperations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stored: list[tuple[int, int, bytes]] = []
+    ops.page_store = lambda ino, off, data: stored.append((ino, off, bytes(data)))
+    data = bytes(range(256)) * 40
+    ino = lookup_path(ops, "dir/b.bin").st_ino
+    fh = run(ops.open, ino, os.O_RDONLY, CTX).fh
+    assert stored == [(ino, 0, data)]  # the kernel's inode number, the whole file
+    # a handle is open (a read of it may be in flight): a second open stores nothing
+    fh2 = run(ops.open, ino, os.O_RDONLY, CTX).fh
+    run(ops.release, fh)
+    run(ops.release, fh2)
+    # stored once: a later open leaves it to the page cache (or to read())
+    run(ops.release, run(ops.open, ino, os.O_RDONLY, CTX).fh)
+    assert len(stored) == 1
+    # files over FILL_MAX are not stored
+    monkeypatch.setattr(ops, "_fill_max", 11 - 1)
+    run(ops.open, lookup_path(ops, "a.txt").st_ino, os.O_RDONLY, CTX)
+    assert len(stored) == 1
+
+
+def test_a_failed_store_is_left_to_read(ops: XetFuseOperations) -> None:
+    def refuse(ino: int, off: int, data: memoryview) -> None:
+        raise OSError(errno.ENOENT, "no such inode in the kernel")
+
+    ops.page_store = refuse
+    ino = lookup_path(ops, "a.txt").st_ino
+    fh = run(ops.open, ino, os.O_RDONLY, CTX).fh
+    assert run(ops.read, fh, 0, 100) == b"hello world"
+    run(ops.release, fh)
+    stored: list[int] = []
+    ops.page_store = lambda ino, off, data: stored.append(ino)
+    run(ops.open, ino, os.O_RDONLY, CTX)  # not marked stored: tried again
+    assert stored == [ino]
+
+
 @pytest.mark.parametrize(
     "flags",
     [os.O_WRONLY, os.O_RDWR, os.O_RDONLY | os.O_TRUNC, os.O_WRONLY | os.O_APPEND],
