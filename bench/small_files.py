@@ -28,6 +28,10 @@ the mount vs over a checkout, ``ls -l`` of one directory, and the daemon's peak 
     python bench/small_files.py [--files 20000] [--dir DIR] [--keep] [--json OUT]
     python bench/small_files.py --listing 200000 [--dir DIR]
     python bench/small_files.py --http [--files 20000] [--dir DIR]
+    python bench/small_files.py --add-only [--files 5000] [--dir DIR] [--keep]
+
+``--add-only`` times only ``git add`` + ``git commit`` of gitxet and git-lfs (the exploratory
+run of the add path; ``--keep`` leaves both repositories under ``DIR/runs`` for profiling).
 
 ``--http`` measures the path of a data team sharing a ``git xet serve``: push to it, clone
 from it (cold node cache) and a cold 8-thread read through a mount of a lazy clone (every
@@ -274,6 +278,51 @@ def run_workflow(args: argparse.Namespace, work: Path) -> dict[str, object]:
     if not args.keep:
         shutil.rmtree(runs, ignore_errors=True)
     return res
+
+
+def run_add(args: argparse.Namespace, work: Path) -> dict[str, object]:
+    """Only ``git add`` + ``git commit``: gitxet (every ``.jpg`` a pointer), then git-lfs."""
+    data = work / "data"
+    make_files(data, args.files, args.min_kib << 10, args.max_kib << 10)
+    rels = file_list(data)
+    res: dict[str, object] = {
+        "files": len(rels),
+        "bytes": sum((data / r).stat().st_size for r in rels),
+    }
+    env = sealed_env(work / "home")
+    runs = work / "runs"
+    shutil.rmtree(runs, ignore_errors=True)
+    runs.mkdir()
+    for key, tool in (("xet", ["git-xet"]), ("lfs", ["git", "lfs"])):
+        if key == "lfs" and (args.skip_lfs or shutil.which("git-lfs") is None):
+            continue
+        wt = runs / key
+        shutil.copytree(data, wt, ignore=shutil.ignore_patterns(".complete"))
+        sh(["git", "init", "-q", str(wt)], runs, env)
+        sh([*tool, "install", "--local"] if key == "lfs" else [*tool, "init"], wt, env)
+        sh([*tool, "track", "*.jpg"], wt, env)
+        sh(["git", "add", ".gitattributes"], wt, env)
+        sh(["git", "commit", "-q", "-m", "rules"], wt, env)
+        drop_caches()
+        res[f"{key}_add"] = sh(["git", "add", "-A"], wt, env)
+        res[f"{key}_commit"] = sh(["git", "commit", "-q", "-m", "images"], wt, env)
+        print(f"{key}: add {res[f'{key}_add']:.2f}s commit {res[f'{key}_commit']:.2f}s", flush=True)
+        if not args.keep:
+            shutil.rmtree(wt)
+    return res
+
+
+def report_add(res: dict[str, object]) -> None:
+    f = {k: v for k, v in res.items() if isinstance(v, float)}
+    x_ac = f["xet_add"] + f["xet_commit"]
+    print(f"\n| {res['files']} files | gitxet | git-lfs | ratio | goal |")
+    print("|---|---:|---:|---:|---|")
+    if "lfs_add" in f:
+        l_ac = f["lfs_add"] + f["lfs_commit"]
+        ok = f"<= {GOAL_ADD}x: {verdict(x_ac <= GOAL_ADD * l_ac)}"
+        print(f"| add + commit (s) | {x_ac:.2f} | {l_ac:.2f} | {x_ac / l_ac:.2f}x | {ok} |")
+    else:
+        print(f"| add + commit (s) | {x_ac:.2f} | | | |")
 
 
 def xet_run(
@@ -796,6 +845,9 @@ def main() -> int:
     ap.add_argument("--default-too", action="store_true", help="also gitxet with the default rules")
     ap.add_argument("--json", type=Path)
     ap.add_argument(
+        "--add-only", action="store_true", help="time only add + commit (gitxet and git-lfs)"
+    )
+    ap.add_argument(
         "--http",
         action="store_true",
         help="push to and clone from a `git xet serve` on loopback, mount a lazy clone",
@@ -819,6 +871,9 @@ def main() -> int:
     elif args.http:
         res = run_http(args, work)
         report_http(res)
+    elif args.add_only:
+        res = run_add(args, work)
+        report_add(res)
     else:
         res = run_workflow(args, work)
         report_workflow(res)

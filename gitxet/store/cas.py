@@ -55,6 +55,7 @@ from gitxet.store.locking import file_lock
 from gitxet.util import nowait
 from gitxet.util.atomic import atomic_write, atomic_writer, remove_stale_temps, sync_written
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
+from gitxet.util.streams import write_all
 
 #: open xorb descriptors kept per store (plus those that concurrent reads still hold)
 MAX_OPEN_XORBS = 64
@@ -341,7 +342,7 @@ class LocalCAS:
         footer = sx.footer()
         with atomic_writer(path, durable=self.durable, tmp_dir=self.tmp) as f:
             f.flush()
-            _write_parts(f.fileno(), [*sx.parts, footer])
+            write_all(f.fileno(), [*sx.parts, footer])
         return True
 
     def put_xorb(self, xorb_hash: bytes, data: bytes, *, durable: bool | None = None) -> bool:
@@ -739,22 +740,3 @@ class LocalCAS:
             shards += 1
             shard_bytes += os.path.getsize(self.shard_path(n))
         return StoreStats(xorbs, xorb_bytes, shards, shard_bytes)
-
-
-_IOV_MAX = 1024  # Linux's limit on buffers per writev
-
-
-def _write_parts(fd: int, parts: Sequence[bytes]) -> None:
-    """Write ``parts`` in order with as few ``writev`` calls as the kernel allows (no join:
-    a xorb is ~1,000 chunk payloads, up to 64 MiB in all). Short writes resume."""
-    views = [memoryview(p) for p in parts if len(p)]
-    i = 0
-    while i < len(views):
-        n = os.writev(fd, views[i : i + _IOV_MAX])
-        while n:
-            size = views[i].nbytes
-            if n < size:  # a short write stopped inside this part
-                views[i] = views[i][n:]
-                break
-            n -= size
-            i += 1

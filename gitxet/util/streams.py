@@ -1,5 +1,5 @@
-"""Stream helpers: read exactly up to ``n`` bytes, a head put back before a stream, and a
-whole positional write."""
+"""Stream helpers: read exactly up to ``n`` bytes, a head put back before a stream, and
+whole writes of many buffers."""
 
 from __future__ import annotations
 
@@ -10,6 +10,45 @@ from typing import BinaryIO
 
 #: buffers per ``pwritev`` call (Linux's IOV_MAX)
 _IOV_MAX = 1024
+#: bytes per :func:`write_all` call to the kernel at most. The page cache sizes its folios
+#: after each write: one 64 MiB ``writev`` gets large folios, and on a VM whose free memory
+#: was handed back to the host (virtio-balloon free page reporting) filling those cost
+#: 1-2.5 ms of system time per MiB here, against ~0.25 ms/MiB in writes of 256 KiB.
+WRITE_BATCH = 256 << 10
+
+
+def write_all(fd: int, parts: Sequence[bytes | memoryview]) -> None:
+    """Write ``parts`` in order at ``fd``'s position, all of them (short writes resume), in
+    ``writev`` calls of at most :data:`WRITE_BATCH` bytes (no join of the parts).
+
+    Raises:
+        OSError: the write failed (a full disk, a closed descriptor).
+    """
+    batch: list[memoryview] = []
+    size = 0
+    for part in parts:
+        view = memoryview(part).cast("B")
+        for off in range(0, view.nbytes, WRITE_BATCH):
+            piece = view[off : off + WRITE_BATCH]
+            if batch and (size + piece.nbytes > WRITE_BATCH or len(batch) == _IOV_MAX):
+                _writev_all(fd, batch)
+                batch, size = [], 0
+            batch.append(piece)
+            size += piece.nbytes
+    if batch:
+        _writev_all(fd, batch)
+
+
+def _writev_all(fd: int, views: list[memoryview]) -> None:
+    while views:
+        wrote = os.writev(fd, views)
+        if wrote <= 0:
+            raise OSError("writev wrote nothing")
+        while views and wrote >= views[0].nbytes:
+            wrote -= views[0].nbytes
+            views.pop(0)
+        if wrote:
+            views[0] = views[0][wrote:]
 
 
 def write_all_at(fd: int, views: Sequence[memoryview], offset: int) -> None:

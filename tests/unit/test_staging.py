@@ -8,8 +8,12 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
+import pytest
+
+from gitxet.data.clean import Ingestor
 from gitxet.data.reconstruct import FileReader
 from gitxet.data.staging import StagedIngest, journal_dir, recover
 from gitxet.store.cas import LocalCAS
@@ -42,8 +46,7 @@ def test_small_files_share_xorbs_and_one_shard_per_batch(tmp_path: Path) -> None
 def test_a_full_xorb_is_written_without_splitting_files(tmp_path: Path) -> None:
     cas = LocalCAS(str(tmp_path / "cas"), durable=False)
     datas = _files(60)
-    with StagedIngest(cas) as st:
-        st._session()._max_bytes = 1 << 20  # tiny xorbs for the test
+    with StagedIngest(cas, max_xorb_bytes=1 << 20) as st:  # tiny xorbs for the test
         results = [st.add(io.BytesIO(d)) for d in datas]
         assert st.flushes > 3
     for r, d in zip(results, datas, strict=True):
@@ -62,6 +65,68 @@ def test_a_big_file_is_stored_before_add_returns(tmp_path: Path) -> None:
         assert cas.file_info(rb.file_hash) is not None  # stored, and the staged one with it
         assert cas.file_info(rs.file_hash) is not None
     assert _read(cas, rb.file_hash) == big
+
+
+def test_a_full_batch_is_stored_in_the_background_under_its_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a full batch is being stored, the next files go to a new journal; the old one
+    stays (locked: recover leaves it alone) until its batch is in the store."""
+    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
+    d = journal_dir(cas)
+    release, storing = threading.Event(), threading.Event()
+    real = Ingestor.flush
+
+    def slow_flush(self: Ingestor) -> str | None:
+        if threading.current_thread().name.startswith("gitxet-staged-store"):
+            storing.set()
+            assert release.wait(60)
+        return real(self)
+
+    monkeypatch.setattr(Ingestor, "flush", slow_flush)
+    datas = _files(30, seed=8)
+    with StagedIngest(cas, batch_files=10) as st:
+        results = [st.add(io.BytesIO(x)) for x in datas[:15]]  # the first 10: a full batch
+        assert storing.wait(60)
+        assert len([n for n in os.listdir(d) if n.endswith(".journal")]) == 2
+        assert recover(cas) == 0  # both journals belong to a live session
+        assert all(cas.file_info(r.file_hash) is None for r in results)
+        release.set()
+        results += [st.add(io.BytesIO(x)) for x in datas[15:]]  # waits for the first batch
+        assert all(cas.file_info(r.file_hash) is not None for r in results[:10])
+        assert len([n for n in os.listdir(d) if n.endswith(".journal")]) == 1
+    assert os.listdir(d) == []
+    for r, x in zip(results, datas, strict=True):
+        assert _read(cas, r.file_hash) == x
+
+
+def test_a_failed_background_store_is_raised_and_its_journal_recovered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
+    real = LocalCAS.put_shards
+    failing = threading.Event()
+
+    def put_shards(self: LocalCAS, *a: object, **kw: object) -> object:
+        if failing.is_set():
+            raise OSError(28, "No space left on device")
+        return real(self, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LocalCAS, "put_shards", put_shards)
+    datas = _files(12, seed=9)
+    st = StagedIngest(cas, batch_files=5)
+    failing.set()
+    results = [st.add(io.BytesIO(x)) for x in datas[:5]]  # a full batch: stored, and fails
+    with pytest.raises(OSError, match="No space"):
+        for x in datas[5:]:
+            results.append(st.add(io.BytesIO(x)))
+    failing.clear()
+    st.close()  # stores what it still holds
+    assert all(cas.file_info(r.file_hash) is None for r in results[:5])
+    assert recover(cas) == 5  # the failed batch's journal was left for recover
+    assert os.listdir(journal_dir(cas)) == []
+    for r, x in zip(results, datas, strict=False):
+        assert _read(cas, r.file_hash) == x
 
 
 _CRASH = textwrap.dedent(

@@ -341,17 +341,18 @@ def test_open_removes_what_killed_writers_left(tmp_path: str) -> None:
     assert sorted(os.listdir(xdir)) == [to_hex(sx.hash)]
 
 
-def test_write_parts_resumes_short_writes(tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_all_resumes_short_writes(tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A xorb's parts reach the file in order even when writev writes less than asked
-    (stopping inside a part) and more parts than one writev may carry."""
-    from gitxet.store import cas as casmod
+    (stopping inside a part), more parts than one writev may carry, and parts bigger than
+    one write; no call asks for more than WRITE_BATCH bytes or IOV_MAX buffers."""
+    from gitxet.util import streams
 
     real = os.writev
-    calls: list[int] = []
+    calls: list[tuple[int, int]] = []
 
     def short(fd: int, buffers: list[memoryview]) -> int:
-        calls.append(len(buffers))
         total = sum(b.nbytes for b in buffers)
+        calls.append((len(buffers), total))
         cut = max(1, total // 3)  # a third of what was asked, often mid-part
         out = bytearray()
         for b in buffers:
@@ -360,18 +361,20 @@ def test_write_parts_resumes_short_writes(tmp_path: str, monkeypatch: pytest.Mon
                 break
         return real(fd, [memoryview(bytes(out[:cut]))])
 
-    monkeypatch.setattr(casmod.os, "writev", short)
+    monkeypatch.setattr(streams.os, "writev", short)
     rng = random.Random(5)
     parts = [rng.randbytes(rng.randrange(1, 300)) for _ in range(2500)] + [b""]
+    parts += [rng.randbytes(streams.WRITE_BATCH * 2 + 7), b"tail"]
     path = os.path.join(tmp_path, "out")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
-        casmod._write_parts(fd, parts)
+        streams.write_all(fd, parts)
     finally:
         os.close(fd)
     with open(path, "rb") as f:
         assert f.read() == b"".join(parts)
-    assert max(calls) == casmod._IOV_MAX and len(calls) > 3
+    assert max(n for n, _ in calls) == streams._IOV_MAX and len(calls) > 3
+    assert max(size for _, size in calls) == streams.WRITE_BATCH
 
 
 def test_the_sha256_of_ranges_written_at_offsets_out_of_order_is_that_of_the_file() -> None:
