@@ -30,6 +30,7 @@ class AttrQuery:
         self.names = list(names)
         self._lock = threading.Lock()
         self._git = PipedGit(["check-attr", "--stdin", "-z", *self.names], cwd)
+        self._asked: bytes | None = None  # a prefetched path whose answer is unread
 
     def _field(self) -> bytes:
         out = bytearray()
@@ -43,24 +44,54 @@ class AttrQuery:
             if len(out) > 1 << 16:
                 raise GitError("check-attr answered an oversized field")
 
-    def get(self, path: str) -> dict[str, str]:
-        """``name -> value`` for ``path`` (repository-relative): ``set``, ``unset``,
-        ``unspecified`` or the value given."""
+    @staticmethod
+    def _encode(path: str) -> bytes:
         encoded = path.encode("utf-8", "surrogateescape")
         if not encoded or b"\0" in encoded:
             raise GitError(f"invalid path {path!r}")
-        with self._lock:
-            try:
-                self._git.stdin.write(encoded + b"\0")
-                self._git.stdin.flush()
-            except (BrokenPipeError, ValueError):
-                raise self._git.died() from None
-            out: dict[str, str] = {}
-            for _ in self.names:
-                self._field()  # the path, echoed
-                name = self._field().decode("utf-8", "surrogateescape")
-                out[name] = self._field().decode("utf-8", "surrogateescape")
+        return encoded
+
+    def _ask(self, encoded: bytes) -> None:
+        try:
+            self._git.stdin.write(encoded + b"\0")
+            self._git.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            raise self._git.died() from None
+
+    def _answer(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for _ in self.names:
+            self._field()  # the path, echoed
+            name = self._field().decode("utf-8", "surrogateescape")
+            out[name] = self._field().decode("utf-8", "surrogateescape")
         return out
+
+    def _drain(self) -> None:
+        """Read the answer to the question :meth:`prefetch` left outstanding, if any."""
+        if self._asked is not None:
+            self._asked = None
+            self._answer()
+
+    def prefetch(self, path: str) -> None:
+        """Ask about ``path`` now without waiting: git answers while the caller does other
+        work (the filter reads the file's content meanwhile), and :meth:`get` of the same
+        path then only reads the answer. At most one question is outstanding."""
+        encoded = self._encode(path)
+        with self._lock:
+            self._drain()
+            self._ask(encoded)
+            self._asked = encoded
+
+    def get(self, path: str) -> dict[str, str]:
+        """``name -> value`` for ``path`` (repository-relative): ``set``, ``unset``,
+        ``unspecified`` or the value given."""
+        encoded = self._encode(path)
+        with self._lock:
+            if self._asked != encoded:
+                self._drain()
+                self._ask(encoded)
+            self._asked = None
+            return self._answer()
 
     def close(self) -> None:
         """Stop the git process."""

@@ -24,6 +24,10 @@ Design choices, all about never giving git a half-truth:
   handler with a ``delayed(pathname, head, meta)`` method is told of each request it
   delayed (``head``: the first :data:`DELAYED_HEAD` bytes of its content) before it runs,
   so it can prepare the batch (gitxet asks a server for many files' descriptions at once).
+* **Head start.** A handler with a ``starting(command, pathname)`` method is told of each
+  clean or smudge request before its content is read, so it can start work that does not
+  need the content (gitxet asks git for the path's attributes) while git sends it. Only a
+  hint: its failures are ignored.
 """
 
 from __future__ import annotations
@@ -305,6 +309,10 @@ class FilterServer:
             aborted = req.command in self._aborted
             self._send_status(_Outcome.ABORT if aborted else _Outcome.ERROR)
             return
+        starting = getattr(self._handler, "starting", None)
+        if starting is not None:
+            with contextlib.suppress(Exception):  # a hint: the request reports failures
+                starting(req.command, _decode_path(req.pathname))
 
         with self._cond:
             earlier = self._delayed.get(req.pathname)

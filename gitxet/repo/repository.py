@@ -179,6 +179,10 @@ class XetRepo:
         """Whether git may delay this smudge (:meth:`FilterHandler.can_delay`)."""
         return self.filter.can_delay(pathname)
 
+    def starting(self, command: str, pathname: str) -> None:
+        """A request's content is about to be read (:meth:`FilterHandler.starting`)."""
+        self.filter.starting(command, pathname)
+
     def delayed(self, pathname: str, head: bytes, meta: SmudgeMeta | None = None) -> None:
         """A smudge git delayed (:meth:`FilterHandler.delayed`)."""
         if meta is None:

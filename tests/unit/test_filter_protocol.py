@@ -779,3 +779,36 @@ def test_wide_pipes_widen_git_pipes_and_leave_other_files_alone(tmp_path: Path) 
         out.flush()
         os.lseek(f.fileno(), 0, os.SEEK_SET)
         assert inp.read() == b"abc"
+
+
+def test_a_handler_is_told_of_each_request_before_its_content_is_read() -> None:
+    """``starting(command, pathname)`` comes before the handler reads the content (a hint:
+    one that raises changes nothing)."""
+
+    class Starting(Handler):
+        def starting(self, command: str, pathname: str) -> None:
+            with self.lock:
+                self.calls.append(("starting " + command, pathname))
+            if pathname == "bad":
+                raise RuntimeError("hint failed")
+
+    script = io.BytesIO()
+    handshake(script)
+    request(script, "clean", "a", b"abc")
+    request(script, "clean", "bad", b"def")
+    request(script, "smudge", "c", b"GHI")
+    resp, h = run_server(script.getvalue(), Starting())
+    expect_handshake(resp)
+    assert [read_response(resp) for _ in range(3)] == [
+        ("success", b"ABC"),
+        ("success", b"DEF"),
+        ("success", b"ghi"),
+    ]
+    assert h.calls == [
+        ("starting clean", "a"),
+        ("clean", "a"),
+        ("starting clean", "bad"),
+        ("clean", "bad"),
+        ("starting smudge", "c"),
+        ("smudge", "c"),
+    ]

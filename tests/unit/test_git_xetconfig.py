@@ -75,5 +75,13 @@ def test_attr_query_answers_like_git(git_repo: Path) -> None:
         assert q.get("a/b.jpg") == {"xet": "always", "filter": "xet"}
         assert q.get("raw/c.jpg") == {"xet": "unset", "filter": "xet"}
         assert q.get("weird name \u00e9.txt") == {"xet": "unspecified", "filter": "xet"}
+        # prefetched questions: answered for the right path, also when never read
+        q.prefetch("a/b.jpg")
+        assert q.get("a/b.jpg") == {"xet": "always", "filter": "xet"}
+        q.prefetch("raw/c.jpg")
+        q.prefetch("d.txt")
+        assert q.get("raw/x.jpg") == {"xet": "unset", "filter": "xet"}
+        q.prefetch("e.jpg")
+        assert q.get("e.jpg") == {"xet": "always", "filter": "xet"}
     finally:
         q.close()
