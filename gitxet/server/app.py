@@ -70,7 +70,7 @@ access_log = logging.getLogger("gitxet.server.access")
 log = logging.getLogger("gitxet.server")
 
 _GIT_PATH = re.compile(r"^/(?P<name>.*?)\.git(?P<rest>/.*)?$")
-_SMALL_BODY = 1 << 20
+SMALL_BODY = 1 << 20
 #: Data responses up to this size are read in one go; larger ones are streamed.
 _ONE_SHOT = 8 << 20
 
@@ -152,7 +152,7 @@ def _authorize(
     return rec
 
 
-async def _body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int) -> bytes:
     cl = request.headers.get("content-length")
     if cl is not None:
         n = p.parse_decimal(cl)
@@ -170,14 +170,14 @@ async def _body(request: Request, limit: int) -> bytes:
 
 async def _json_body(request: Request, limit: int) -> Any:
     """The request body parsed as JSON; 400 for anything that is not (deep nesting too)."""
-    data = await _body(request, limit)
+    data = await read_body(request, limit)
     try:
         return json.loads(data)
     except (ValueError, RecursionError):
         raise HttpError(400, "body is not valid JSON") from None
 
 
-def _hash_param(request: Request, name: str) -> bytes:
+def hash_param(request: Request, name: str) -> bytes:
     h = parse_hex(request.path_params[name])
     if h is None:
         raise HttpError(400, f"{name} is not a 64-digit Xet hex hash")
@@ -191,7 +191,7 @@ def _base_url(request: Request) -> str:
     return str(request.base_url).rstrip("/")
 
 
-def _range(request: Request) -> tuple[int, int | None] | None:
+def range_param(request: Request) -> tuple[int, int | None] | None:
     v = request.headers.get("range")
     if v is None:
         return None
@@ -201,7 +201,7 @@ def _range(request: Request) -> tuple[int, int | None] | None:
         raise HttpError(400, str(e)) from None
 
 
-def _prefix(request: Request) -> None:
+def check_prefix(request: Request) -> None:
     if request.path_params["prefix"] != p.DEFAULT_PREFIX:
         raise HttpError(404, "unknown xorb prefix")
 
@@ -219,7 +219,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def telemetry(request: Request) -> Response:
-    await _body(request, _SMALL_BODY)  # read and drop: fire-and-forget for hf_xet
+    await read_body(request, SMALL_BODY)  # read and drop: fire-and-forget for hf_xet
     return JSONResponse({})
 
 
@@ -232,8 +232,8 @@ def _data_url(request: Request) -> Callable[[str], str]:
 
 async def _reconstruction(request: Request, version: int) -> Response:
     _authorize(request, "read")
-    fhash = _hash_param(request, "file_id")
-    rng = _range(request)
+    fhash = hash_param(request, "file_id")
+    rng = range_param(request)
     recon = await run_in_threadpool(
         _st(request).service.reconstruct, fhash, rng, _data_url(request)
     )
@@ -248,49 +248,60 @@ async def reconstruction_v2(request: Request) -> Response:
     return await _reconstruction(request, 2)
 
 
-async def reconstruction_batch(request: Request) -> Response:
-    _authorize(request, "read")
+def batch_ids(request: Request) -> list[bytes]:
+    """The ``file_id`` query parameters of a batch reconstruction (1 to 1000 hashes)."""
     ids = request.query_params.getlist("file_id")
     if not ids or len(ids) > 1000:
         raise HttpError(400, "give 1 to 1000 file_id parameters")
     hashes = [parse_hex(i) for i in ids]
     if any(h is None for h in hashes):
         raise HttpError(400, "file_id is not a 64-digit Xet hex hash")
+    return [h for h in hashes if h is not None]
+
+
+def batch_reconstruction(hashes: list[bytes], one: Callable[[bytes], Any]) -> dict[str, Any]:
+    """The batch answer: each file's terms, and the fetch info of all of them merged
+    (``one(hash)`` is a file's reconstruction)."""
+    files: dict[str, Any] = {}
+    fetch: dict[str, list[Any]] = {}
+    for h in hashes:
+        doc = one(h).to_v1()
+        files[to_hex(h)] = doc["terms"]
+        for x, entries in doc["fetch_info"].items():
+            have = fetch.setdefault(x, [])
+            have.extend(e for e in entries if e not in have)
+    return {"files": files, "fetch_info": fetch}
+
+
+async def reconstruction_batch(request: Request) -> Response:
+    _authorize(request, "read")
+    hashes = batch_ids(request)
     url_for = _data_url(request)
     service = _st(request).service
 
     def build() -> dict[str, Any]:
-        files: dict[str, Any] = {}
-        fetch: dict[str, list[Any]] = {}
-        for h in hashes:
-            assert h is not None
-            doc = service.reconstruct(h, None, url_for).to_v1()
-            files[to_hex(h)] = doc["terms"]
-            for x, entries in doc["fetch_info"].items():
-                have = fetch.setdefault(x, [])
-                have.extend(e for e in entries if e not in have)
-        return {"files": files, "fetch_info": fetch}
+        return batch_reconstruction(hashes, lambda h: service.reconstruct(h, None, url_for))
 
     return JSONResponse(await run_in_threadpool(build))
 
 
 async def xorb_upload(request: Request) -> Response:
-    _prefix(request)
+    check_prefix(request)
     _authorize(request, "write")
-    xh = _hash_param(request, "xorb")
+    xh = hash_param(request, "xorb")
     st = _st(request)
     if await run_in_threadpool(st.service.has_xorb, xh):
         # Do not make the client send 64 MiB for nothing; the body is left unread.
         return JSONResponse({"was_inserted": False})
-    data = await _body(request, min(st.max_body, MAX_XORB_READ_BYTES + (1 << 20)))
+    data = await read_body(request, min(st.max_body, MAX_XORB_READ_BYTES + (1 << 20)))
     inserted = await run_in_threadpool(st.service.put_xorb, xh, data)
     return JSONResponse({"was_inserted": inserted})
 
 
 async def xorb_grant(request: Request) -> Response:
-    _prefix(request)
+    check_prefix(request)
     _authorize(request, "write")
-    xh = _hash_param(request, "xorb")
+    xh = hash_param(request, "xorb")
     st = _st(request)
     try:
         length, crc = p.parse_grant_request(await _json_body(request, 64 * 1024))
@@ -309,8 +320,8 @@ async def xorb_grant(request: Request) -> Response:
 
 
 async def xorb_grant_put(request: Request) -> Response:
-    _prefix(request)
-    xh = _hash_param(request, "xorb")
+    check_prefix(request)
+    xh = hash_param(request, "xorb")
     hx = to_hex(xh)
     gid = request.path_params["grant"]
     q = request.query_params
@@ -321,7 +332,7 @@ async def xorb_grant_put(request: Request) -> Response:
     if await run_in_threadpool(st.service.has_xorb, xh):
         raise HttpError(412, "xorb already stored")
     want = int(length)  # ASCII digits: verify_grant checked
-    data = await _body(request, want)
+    data = await read_body(request, want)
     if len(data) != want:
         raise HttpError(400, f"body is {len(data)} bytes, the grant says {length}")
     # The xorb hash (checked next) is the real integrity check; the CRC is only checked
@@ -333,9 +344,9 @@ async def xorb_grant_put(request: Request) -> Response:
 
 
 async def xorb_commit(request: Request) -> Response:
-    _prefix(request)
+    check_prefix(request)
     _authorize(request, "write")
-    xh = _hash_param(request, "xorb")
+    xh = hash_param(request, "xorb")
     if not await run_in_threadpool(_st(request).service.has_xorb, xh):
         raise HttpError(404, "no data was received for this grant")
     return JSONResponse({"was_inserted": True})
@@ -344,7 +355,7 @@ async def xorb_commit(request: Request) -> Response:
 async def shards_v1(request: Request) -> Response:
     _authorize(request, "write")
     st = _st(request)
-    data = await _body(request, st.max_body)
+    data = await read_body(request, st.max_body)
     created = await run_in_threadpool(st.service.put_shard, data)
     return JSONResponse({"result": 1 if created else 0})
 
@@ -352,7 +363,7 @@ async def shards_v1(request: Request) -> Response:
 async def shards_v2(request: Request) -> Response:
     _authorize(request, "write")
     st = _st(request)
-    data = await _body(request, st.max_body)
+    data = await read_body(request, st.max_body)
     created = await run_in_threadpool(st.service.put_shard, data)
     frames = [
         {"type": "validating", "verified": 1, "total": 1},
@@ -380,7 +391,7 @@ async def dedup_chunk(request: Request) -> Response:
     if request.path_params["prefix"] not in p.CHUNK_PREFIXES:
         raise HttpError(404, "unknown chunk prefix")
     _authorize(request, "read")
-    ch = _hash_param(request, "chunk")
+    ch = hash_param(request, "chunk")
     data = await run_in_threadpool(_st(request).service.dedup_shard, ch)
     if data is None:
         raise HttpError(404, "chunk not known")
@@ -389,7 +400,7 @@ async def dedup_chunk(request: Request) -> Response:
 
 async def file_shard(request: Request) -> Response:
     _authorize(request, "read")
-    fhash = _hash_param(request, "file_id")
+    fhash = hash_param(request, "file_id")
     with_xorbs = request.url.query != p.FILE_SHARD_TERMS_ONLY
     service = _st(request).service
     data = await run_in_threadpool(lambda: service.file_shard(fhash, with_xorbs=with_xorbs))
@@ -411,7 +422,7 @@ async def file_shards(request: Request) -> Response:
 
 async def xorb_location(request: Request) -> Response:
     _authorize(request, "read")
-    xh = _hash_param(request, "xorb")
+    xh = hash_param(request, "xorb")
     lay = await run_in_threadpool(_st(request).service.layout, xh)
     hx = to_hex(xh)
     loc = p.XorbLocation(
@@ -421,7 +432,7 @@ async def xorb_location(request: Request) -> Response:
 
 
 async def xorb_data(request: Request) -> Response:
-    _prefix(request)
+    check_prefix(request)
     st = _st(request)
     hx = request.path_params["xorb"]
     xh = parse_hex(hx)
@@ -429,7 +440,7 @@ async def xorb_data(request: Request) -> Response:
     exp = q.get("exp", "")
     if xh is None or not st.signer.verify_data(hx, exp, q.get("sig", "")):
         raise HttpError(403, "data URL signature is invalid or expired")
-    rng = _range(request)
+    rng = range_param(request)
     service = st.service
     lay = service.index.cached_layout(xh)
     if lay is None:

@@ -39,9 +39,19 @@ from gitxet.errors import (
     UnreachableError,
     XorbNotFoundError,
 )
-from gitxet.hashing import to_hex
 from gitxet.remote import protocol as p
-from gitxet.server.app import AccessLog, request_token
+from gitxet.server.app import (
+    SMALL_BODY,
+    AccessLog,
+    HttpError,
+    batch_ids,
+    batch_reconstruction,
+    check_prefix,
+    hash_param,
+    range_param,
+    read_body,
+    request_token,
+)
 from gitxet.server.index import parse_hex
 from gitxet.server.signing import UrlSigner
 from gitxet.server.tier import StaleUrlError, TierService
@@ -65,14 +75,6 @@ class TierState:
     metrics: ServerMetrics | None = None
 
 
-class _Refusal(Exception):
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
-
-
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
@@ -80,23 +82,6 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 def _st(request: Request) -> TierState:
     state: TierState = request.app.state.gitxet_tier
     return state
-
-
-def _hash_param(request: Request, name: str) -> bytes:
-    h = parse_hex(request.path_params[name])
-    if h is None:
-        raise _Refusal(400, f"{name} is not a 64-digit Xet hex hash")
-    return h
-
-
-def _range(request: Request) -> tuple[int, int | None] | None:
-    v = request.headers.get("range")
-    if v is None:
-        return None
-    try:
-        return p.parse_range_header(v)
-    except ValueError as e:
-        raise _Refusal(400, str(e)) from None
 
 
 def _data_url(request: Request) -> Callable[[str], str]:
@@ -134,8 +119,8 @@ async def telemetry(request: Request) -> Response:
 
 
 async def _reconstruction(request: Request, version: int) -> Response:
-    fhash = _hash_param(request, "file_id")
-    rng = _range(request)
+    fhash = hash_param(request, "file_id")
+    rng = range_param(request)
     tier = _st(request).tier
     url_for = _data_url(request)
     rec = await _as_client(request, lambda: tier.reconstruction(fhash, rng, url_for))
@@ -151,32 +136,18 @@ async def reconstruction_v2(request: Request) -> Response:
 
 
 async def reconstruction_batch(request: Request) -> Response:
-    ids = request.query_params.getlist("file_id")
-    if not ids or len(ids) > 1000:
-        raise _Refusal(400, "give 1 to 1000 file_id parameters")
-    hashes = [parse_hex(i) for i in ids]
-    if any(h is None for h in hashes):
-        raise _Refusal(400, "file_id is not a 64-digit Xet hex hash")
+    hashes = batch_ids(request)
     tier = _st(request).tier
     url_for = _data_url(request)
 
     def build() -> dict[str, Any]:
-        files: dict[str, Any] = {}
-        fetch: dict[str, list[Any]] = {}
-        for h in hashes:
-            assert h is not None
-            doc = tier.reconstruction(h, None, url_for).to_v1()
-            files[to_hex(h)] = doc["terms"]
-            for x, entries in doc["fetch_info"].items():
-                have = fetch.setdefault(x, [])
-                have.extend(e for e in entries if e not in have)
-        return {"files": files, "fetch_info": fetch}
+        return batch_reconstruction(hashes, lambda h: tier.reconstruction(h, None, url_for))
 
     return JSONResponse(await _as_client(request, build))
 
 
 async def xorb_location(request: Request) -> Response:
-    xh = _hash_param(request, "xorb")
+    xh = hash_param(request, "xorb")
     tier = _st(request).tier
     url_for = _data_url(request)
     loc = await _as_client(request, lambda: tier.location(xh, url_for))
@@ -190,49 +161,39 @@ async def _forward(request: Request, path: str, *, body: bytes | None = None) ->
         request, lambda: tier.forward(request.method, path, body=body, query=query)
     )
     if status >= 500:
-        raise _Refusal(502, f"the origin answered {status}")
+        raise HttpError(502, f"the origin answered {status}")
     headers = {"WWW-Authenticate": 'Bearer realm="gitxet"'} if status == 401 else None
     return Response(content, status_code=status, media_type=ctype, headers=headers)
 
 
 async def file_shard(request: Request) -> Response:
-    _hash_param(request, "file_id")
+    hash_param(request, "file_id")
     return await _forward(request, request.url.path)
 
 
 async def dedup_chunk(request: Request) -> Response:
-    _hash_param(request, "chunk")
+    hash_param(request, "chunk")
     return await _forward(request, request.url.path)
 
 
-async def _small_body(request: Request) -> bytes:
-    body = b""
-    async for part in request.stream():
-        body += part
-        if len(body) > (1 << 20):
-            raise _Refusal(413, "body exceeds the 1048576-byte limit")
-    return body
-
-
 async def file_presence(request: Request) -> Response:
-    return await _forward(request, p.FILE_PRESENCE, body=await _small_body(request))
+    return await _forward(request, p.FILE_PRESENCE, body=await read_body(request, SMALL_BODY))
 
 
 async def file_shards(request: Request) -> Response:
-    return await _forward(request, p.FILE_SHARDS, body=await _small_body(request))
+    return await _forward(request, p.FILE_SHARDS, body=await read_body(request, SMALL_BODY))
 
 
 async def xorb_data(request: Request) -> Response:
-    if request.path_params["prefix"] != p.DEFAULT_PREFIX:
-        raise _Refusal(404, "unknown xorb prefix")
+    check_prefix(request)
     st = _st(request)
     hx = request.path_params["xorb"]
     xh = parse_hex(hx)
     q = request.query_params
     exp = q.get("exp", "")
     if xh is None or not st.signer.verify_data(hx, exp, q.get("sig", "")):
-        raise _Refusal(403, "data URL signature is invalid or expired")
-    rng = _range(request)
+        raise HttpError(403, "data URL signature is invalid or expired")
+    rng = range_param(request)
     tier = st.tier
     size = tier.data_size(xh)
     start, end = (0, size - 1) if rng is None else (rng[0], size - 1 if rng[1] is None else rng[1])
@@ -272,21 +233,21 @@ async def xorb_data(request: Request) -> Response:
 
 async def read_only(request: Request) -> Response:
     upstream = _st(request).tier.upstream
-    raise _Refusal(405, f"this is a read-only gitxet cache tier: upload to the origin {upstream}")
+    raise HttpError(405, f"this is a read-only gitxet cache tier: upload to the origin {upstream}")
 
 
 async def fallback(request: Request) -> Response:
     path = request.url.path
     if ".git/" in path or path.endswith(".git"):
-        raise _Refusal(404, "a cache tier serves no git repositories: git goes to the origin")
-    raise _Refusal(404, "no such route")
+        raise HttpError(404, "a cache tier serves no git repositories: git goes to the origin")
+    raise HttpError(404, "no such route")
 
 
 # ---------------------------------------------------------------------------- errors
 
 
 def _exc_response(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, _Refusal):
+    if isinstance(exc, HttpError):
         return _error(exc.status, exc.message, exc.headers)
     if isinstance(exc, StaleUrlError):
         return _error(403, str(exc))
