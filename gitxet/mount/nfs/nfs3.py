@@ -369,9 +369,7 @@ class NFS3Service:
                 raise NfsStatusError(Status.NOTDIR)
             child = self._model("LOOKUP", self.fs.lookup, dir_attrs.ino, self._name(name))
         except NfsStatusError as exc:
-            p.u32(exc.status)
-            pack_post_op_attr(p, dir_attrs, self.fsid)
-            return p.getvalue()
+            return self._failed(exc.status, dir_attrs)
         p.u32(Status.OK)
         p.opaque(self.handles.encode(child.ino))
         pack_post_op_attr(p, child, self.fsid)
@@ -383,13 +381,10 @@ class NFS3Service:
         fh = unpack_fh(call.args)
         requested = call.args.u32()
         call.args.done()
-        p = Packer()
         try:
             attrs = self._resolve(fh)
         except NfsStatusError as exc:
-            p.u32(exc.status)
-            pack_post_op_attr(p, None, self.fsid)
-            return p.getvalue()
+            return self._failed(exc.status, None)
         if attrs.kind is NodeKind.DIR:
             granted = ACCESS3_READ | ACCESS3_LOOKUP | ACCESS3_EXECUTE
         elif attrs.kind is NodeKind.FILE:
@@ -397,8 +392,7 @@ class NFS3Service:
             granted = ACCESS3_READ | (ACCESS3_EXECUTE if attrs.mode & 0o111 else 0)
         else:
             granted = ACCESS3_READ
-        p.u32(Status.OK)
-        pack_post_op_attr(p, attrs, self.fsid)
+        p = self._ok(attrs)
         p.u32(requested & granted)
         return p.getvalue()
 
@@ -406,7 +400,6 @@ class NFS3Service:
         """READLINK."""
         fh = unpack_fh(call.args)
         call.args.done()
-        p = Packer()
         attrs: Attrs | None = None
         try:
             attrs = self._resolve(fh)
@@ -414,11 +407,8 @@ class NFS3Service:
                 raise NfsStatusError(Status.INVAL)
             target = self._model("READLINK", self.fs.readlink, attrs.ino)
         except NfsStatusError as exc:
-            p.u32(exc.status)
-            pack_post_op_attr(p, attrs, self.fsid)
-            return p.getvalue()
-        p.u32(Status.OK)
-        pack_post_op_attr(p, attrs, self.fsid)
+            return self._failed(exc.status, attrs)
+        p = self._ok(attrs)
         p.string(target)
         return p.getvalue()
 
@@ -429,7 +419,6 @@ class NFS3Service:
         offset = u.u64()
         count = min(u.u32(), RTMAX)
         u.done()
-        p = Packer()
         attrs: Attrs | None = None
         try:
             attrs = self._resolve(fh)
@@ -445,11 +434,8 @@ class NFS3Service:
                     log.warning("model returned %d bytes for a read of %d", len(data), count)
                     data = data[:count]
         except NfsStatusError as exc:
-            p.u32(exc.status)
-            pack_post_op_attr(p, attrs, self.fsid)
-            return p.getvalue()
-        p.u32(Status.OK)
-        pack_post_op_attr(p, attrs, self.fsid)
+            return self._failed(exc.status, attrs)
+        p = self._ok(attrs)
         p.u32(len(data))
         p.boolean(offset + len(data) >= attrs.size)
         p.opaque(data)
@@ -472,6 +458,32 @@ class NFS3Service:
             raise NfsStatusError(Status.BAD_COOKIE)
         return attrs, entries
 
+    def _failed(self, status: int, attrs: Attrs | None) -> bytes:
+        """A failed reply: ``status`` and the post-op attributes of the object, if known."""
+        p = Packer()
+        p.u32(status)
+        pack_post_op_attr(p, attrs, self.fsid)
+        return p.getvalue()
+
+    def _ok(self, attrs: Attrs | None) -> Packer:
+        """A reply started: status OK and the post-op attributes of the object."""
+        p = Packer()
+        p.u32(Status.OK)
+        pack_post_op_attr(p, attrs, self.fsid)
+        return p
+
+    def _dir_reply(self, attrs: Attrs, body: Packer, cookie: int, index: int, total: int) -> bytes:
+        """A READDIR(PLUS) reply: the entries packed in ``body`` (those from ``cookie`` up to
+        ``index`` of ``total``); TOOSMALL when not even the first one fitted."""
+        if index == cookie and index < total:
+            return self._failed(Status.TOOSMALL, attrs)
+        p = self._ok(attrs)
+        p.fixed_opaque(self.cookieverf, 8)
+        p.raw(body.getvalue())
+        p.boolean(False)
+        p.boolean(index >= total)
+        return p.getvalue()
+
     def readdir(self, call: RpcCall) -> bytes:
         """READDIR: names and fileids, paged so the reply fits in ``count`` bytes."""
         u = call.args
@@ -480,13 +492,10 @@ class NFS3Service:
         verf = u.fixed_opaque(8)
         count = min(u.u32(), MAX_DIR_REPLY)
         u.done()
-        p = Packer()
         try:
             attrs, entries = self._listing(fh, cookie, verf)
         except NfsStatusError as exc:
-            p.u32(exc.status)
-            pack_post_op_attr(p, self._attrs_quiet(fh), self.fsid)
-            return p.getvalue()
+            return self._failed(exc.status, self._attrs_quiet(fh))
         # status, dir attributes, verifier, end-of-list bool, eof bool
         used = 4 + POST_OP_ATTR_SIZE + 8 + 4 + 4
         body = Packer()
@@ -502,17 +511,7 @@ class NFS3Service:
             body.u64(child.ino)
             body.string(name)
             body.u64(index)
-        if index == cookie and index < len(entries):
-            p.u32(Status.TOOSMALL)
-            pack_post_op_attr(p, attrs, self.fsid)
-            return p.getvalue()
-        p.u32(Status.OK)
-        pack_post_op_attr(p, attrs, self.fsid)
-        p.fixed_opaque(self.cookieverf, 8)
-        p.raw(body.getvalue())
-        p.boolean(False)
-        p.boolean(index >= len(entries))
-        return p.getvalue()
+        return self._dir_reply(attrs, body, cookie, index, len(entries))
 
     def readdirplus(self, call: RpcCall) -> bytes:
         """READDIRPLUS: entries with attributes and handles, within ``dircount``/``maxcount``."""
@@ -523,13 +522,10 @@ class NFS3Service:
         dircount = u.u32()
         maxcount = min(u.u32(), MAX_DIR_REPLY)
         u.done()
-        p = Packer()
         try:
             attrs, entries = self._listing(fh, cookie, verf)
         except NfsStatusError as exc:
-            p.u32(exc.status)
-            pack_post_op_attr(p, self._attrs_quiet(fh), self.fsid)
-            return p.getvalue()
+            return self._failed(exc.status, self._attrs_quiet(fh))
         used = 4 + POST_OP_ATTR_SIZE + 8 + 4 + 4
         dir_used = 0
         handle_size = 4 + opaque_size(len(self.handles.encode(attrs.ino)))
@@ -555,32 +551,18 @@ class NFS3Service:
             pack_post_op_attr(body, child, self.fsid)
             body.boolean(True)
             body.opaque(self.handles.encode(child.ino))
-        if index == cookie and index < len(entries):
-            p.u32(Status.TOOSMALL)
-            pack_post_op_attr(p, attrs, self.fsid)
-            return p.getvalue()
-        p.u32(Status.OK)
-        pack_post_op_attr(p, attrs, self.fsid)
-        p.fixed_opaque(self.cookieverf, 8)
-        p.raw(body.getvalue())
-        p.boolean(False)
-        p.boolean(index >= len(entries))
-        return p.getvalue()
+        return self._dir_reply(attrs, body, cookie, index, len(entries))
 
     def fsstat(self, call: RpcCall) -> bytes:
         """FSSTAT: totals from the model; nothing is free, the tree never changes."""
         fh = unpack_fh(call.args)
         call.args.done()
-        p = Packer()
         try:
             attrs = self._resolve(fh)
             stats = self._model("FSSTAT", self._statfs)
         except NfsStatusError as exc:
-            p.u32(exc.status)
-            pack_post_op_attr(p, None, self.fsid)
-            return p.getvalue()
-        p.u32(Status.OK)
-        pack_post_op_attr(p, attrs, self.fsid)
+            return self._failed(exc.status, None)
+        p = self._ok(attrs)
         p.u64(stats.total_bytes)
         p.u64(0)  # fbytes
         p.u64(0)  # abytes
@@ -594,15 +576,11 @@ class NFS3Service:
         """FSINFO: transfer sizes and properties."""
         fh = unpack_fh(call.args)
         call.args.done()
-        p = Packer()
         try:
             attrs = self._resolve(fh)
         except NfsStatusError as exc:
-            p.u32(exc.status)
-            pack_post_op_attr(p, None, self.fsid)
-            return p.getvalue()
-        p.u32(Status.OK)
-        pack_post_op_attr(p, attrs, self.fsid)
+            return self._failed(exc.status, None)
+        p = self._ok(attrs)
         p.u32(RTMAX)  # rtmax
         p.u32(RTMAX)  # rtpref
         p.u32(4096)  # rtmult
@@ -620,16 +598,12 @@ class NFS3Service:
         """PATHCONF."""
         fh = unpack_fh(call.args)
         call.args.done()
-        p = Packer()
         try:
             attrs = self._resolve(fh)
             name_max = self._name_max()
         except NfsStatusError as exc:
-            p.u32(exc.status)
-            pack_post_op_attr(p, None, self.fsid)
-            return p.getvalue()
-        p.u32(Status.OK)
-        pack_post_op_attr(p, attrs, self.fsid)
+            return self._failed(exc.status, None)
+        p = self._ok(attrs)
         p.u32(32767)  # linkmax
         p.u32(name_max)
         p.boolean(True)  # no_trunc
