@@ -24,6 +24,7 @@ import pytest
 
 import gitxet
 from gitxet.fsspec import XetFileSystem, format_url
+from tests.helpers.proc import git_env, remote_and_work
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -49,23 +50,14 @@ def _csv_bytes(seed: int, rows: int) -> bytes:
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A bare remote (with '@' in its name) holding main (v1, v2), a tag, and feature/x."""
     tmp = tmp_path_factory.mktemp("fsspec")
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    home = tmp / "home"
-    home.mkdir()
-    env.update(HOME=str(home), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=str(home / ".gitconfig"))
-    for k, v in (("user.name", "t"), ("user.email", "t@t"), ("init.defaultBranch", "main")):
-        subprocess.run(["git", "config", "--global", k, v], env=env, check=True)
+    env = git_env(tmp)
 
     def sh(*a: str, cwd: Path = tmp) -> str:
         r = subprocess.run(list(a), cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, (a, r.stdout, r.stderr)
         return r.stdout.strip()
 
-    remote, work = tmp / "data@2024.git", tmp / "work"
-    sh("git", "init", "-q", "--bare", str(remote))
-    sh("git", "init", "-q", str(work))
-    sh("git", "remote", "add", "origin", str(remote), cwd=work)
-    sh("git-xet", "init", cwd=work)
+    remote, work = remote_and_work(tmp, env, "data@2024.git")
     rnd = random.Random(7)
     v1 = {
         "data.parquet": _parquet_bytes(1),

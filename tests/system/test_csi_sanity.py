@@ -16,7 +16,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.fuse_env import mountinfo_has, require_fuse
+from tests.helpers.proc import git_env, interpreter_path, remote_and_work
 from tests.helpers.secrets import assert_token_nowhere
 
 grpc = pytest.importorskip("grpc")
@@ -45,7 +45,7 @@ def _fuse_required() -> None:
 
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    return dict(os.environ, PATH=interpreter_path())
 
 
 @pytest.fixture(scope="module")
@@ -53,23 +53,14 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A bare remote with two commits of a small dataset (xet-stored files and plain ones)."""
     require_fuse()
     tmp = tmp_path_factory.mktemp("csi-ds")
-    env = _env()
-    home = tmp / "home"
-    home.mkdir()
-    env.update(HOME=str(home), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=str(home / ".gitconfig"))
-    for k, v in (("user.name", "t"), ("user.email", "t@t"), ("init.defaultBranch", "main")):
-        subprocess.run(["git", "config", "--global", k, v], env=env, check=True)
+    env = git_env(tmp)
 
     def sh(*a: str, cwd: Path = tmp) -> str:
         r = subprocess.run(list(a), cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, f"{a}: {r.stderr}"
         return r.stdout.strip()
 
-    remote, work = tmp / "remote.git", tmp / "work"
-    sh("git", "init", "-q", "--bare", str(remote))
-    sh("git", "init", "-q", str(work))
-    sh("git", "remote", "add", "origin", str(remote), cwd=work)
-    sh("git-xet", "init", cwd=work)
+    remote, work = remote_and_work(tmp, env)
     rnd = random.Random(6)
     v1 = {
         "images/a.bin": rnd.randbytes(3 << 20),

@@ -36,6 +36,7 @@ from gitxet.repo.repository import XetRepo
 from gitxet.vfs.model import BROKEN_LINK_TARGET
 from tests.helpers.fuse_env import require_fuse
 from tests.helpers.hostile import DOTGIT_NAMES, HFS_NAME, Hostile, build
+from tests.helpers.proc import git_env, run, use_interpreter
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -47,26 +48,13 @@ TIMEOUT = 120
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Hostile:
     tmp = tmp_path_factory.mktemp("hostile")
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    home = tmp / "home"
-    home.mkdir()
-    env.update(HOME=str(home), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=str(home / ".gitconfig"))
-    for k, v in (("user.name", "t"), ("user.email", "t@t"), ("init.defaultBranch", "main")):
-        subprocess.run(["git", "config", "--global", k, v], env=env, check=True)
+    env = git_env(tmp)
     return build(tmp, env)
 
 
 @pytest.fixture(autouse=True)
 def on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    monkeypatch.setenv("GITXET_STATE_DIR", str(tmp_path / "state"))
-
-
-def run(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{args}: {r.returncode}\n{r.stdout}\n{r.stderr}")
-    return r
+    use_interpreter(monkeypatch, tmp_path)
 
 
 @pytest.fixture

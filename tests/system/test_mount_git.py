@@ -11,13 +11,13 @@ import random
 import shutil
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.fuse_env import require_fuse
+from tests.helpers.proc import git_env, remote_and_work, run, use_interpreter
 
 pytestmark = [pytest.mark.fuse, pytest.mark.timeout(600)]
 
@@ -25,38 +25,19 @@ pytestmark = [pytest.mark.fuse, pytest.mark.timeout(600)]
 @pytest.fixture(autouse=True)
 def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     require_fuse()
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    monkeypatch.setenv("GITXET_STATE_DIR", str(tmp_path / "state"))
-
-
-def run(
-    *args: str, cwd: Path, check: bool = True, timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{args}: {r.returncode}\n{r.stdout}\n{r.stderr}")
-    return r
+    use_interpreter(monkeypatch, tmp_path)
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """A pushed repo: two commits, big and small files, nested dirs, +x, a symlink."""
     tmp = tmp_path_factory.mktemp("ds")
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    home = tmp / "home"
-    home.mkdir()
-    env.update(HOME=str(home), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=str(home / ".gitconfig"))
-    for k, v in (("user.name", "t"), ("user.email", "t@t"), ("init.defaultBranch", "main")):
-        subprocess.run(["git", "config", "--global", k, v], env=env, check=True)
+    env = git_env(tmp)
 
     def sh(*a: str, cwd: Path = tmp) -> None:
         subprocess.run(list(a), cwd=cwd, env=env, check=True, capture_output=True, timeout=300)
 
-    remote, work = tmp / "remote.git", tmp / "work"
-    sh("git", "init", "-q", "--bare", str(remote))
-    sh("git", "init", "-q", str(work))
-    sh("git", "remote", "add", "origin", str(remote), cwd=work)
-    sh("git-xet", "init", cwd=work)
+    remote, work = remote_and_work(tmp, env)
     rnd = random.Random(9)
     v1 = {
         "big/huge.bin": b"".join(rnd.randbytes(16 << 20) for _ in range(16)),

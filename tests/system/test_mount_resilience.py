@@ -11,7 +11,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.fuse_env import STEP_TIMEOUT, force_unmount, require_fuse
+from tests.helpers.proc import git_env, run, use_interpreter
 
 pytestmark = [pytest.mark.fuse, pytest.mark.timeout(300)]
 
@@ -28,27 +28,14 @@ pytestmark = [pytest.mark.fuse, pytest.mark.timeout(300)]
 @pytest.fixture(autouse=True)
 def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     require_fuse()
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    monkeypatch.setenv("GITXET_STATE_DIR", str(tmp_path / "state"))
-
-
-def run(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=120)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{args}: {r.returncode}\n{r.stdout}\n{r.stderr}")
-    return r
+    use_interpreter(monkeypatch, tmp_path)
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """A work tree with two commits on main: a chunked file and a small one."""
     tmp = tmp_path_factory.mktemp("res")
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    home = tmp / "home"
-    home.mkdir()
-    env.update(HOME=str(home), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=str(home / ".gitconfig"))
-    for k, v in (("user.name", "t"), ("user.email", "t@t"), ("init.defaultBranch", "main")):
-        subprocess.run(["git", "config", "--global", k, v], env=env, check=True)
+    env = git_env(tmp)
 
     def sh(*a: str) -> str:
         r = subprocess.run(list(a), cwd=work, env=env, check=True, capture_output=True, text=True)
@@ -172,12 +159,7 @@ READERS = 8
 def big_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     """A work tree whose one commit holds a 256 MiB file of random bytes."""
     tmp = tmp_path_factory.mktemp("big")
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    home = tmp / "home"
-    home.mkdir()
-    env.update(HOME=str(home), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=str(home / ".gitconfig"))
-    for k, v in (("user.name", "t"), ("user.email", "t@t"), ("init.defaultBranch", "main")):
-        subprocess.run(["git", "config", "--global", k, v], env=env, check=True)
+    env = git_env(tmp)
     work = tmp / "work"
     subprocess.run(["git", "init", "-q", str(work)], env=env, check=True)
     rnd = random.Random(256)
