@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import random
@@ -70,6 +71,25 @@ def _packed(seed: int, n: int) -> tuple[SerializedXorb, list[bytes], list[bytes]
     return sx, files, hashes, shard
 
 
+@contextlib.contextmanager
+def _own_server(root: Path, sx: SerializedXorb, shard: bytes) -> Iterator[CASClient]:
+    """A server of its own at ``root`` holding ``sx`` and ``shard``; a client with write access."""
+    write, _ = TokenStore(str(root)).create("write")
+    with (
+        BackgroundServer(ServerConfig(root=str(root), port=0)) as srv,
+        CASClient(srv.url, write) as client,
+    ):
+        client.upload_xorb(sx.hash, sx.body)
+        client.upload_shard(shard)
+        yield client
+
+
+def _source(client: CASClient, tmp_path: Path, **kw: Any) -> tuple[NodeCache, RemoteChunkSource]:
+    """A node cache under ``tmp_path`` and a chunk source over it and ``client``."""
+    cache = NodeCache(str(tmp_path / "ranges"), 1 << 30)
+    return cache, RemoteChunkSource(client, cache, str(tmp_path / "shards"), **kw)
+
+
 @pytest.mark.parametrize("path", ["xorb locations", "reconstruction entries"])
 def test_fetched_bytes_are_the_decoded_bytes_on_either_path(
     served: tuple[str, str, Upload], tmp_path: Path, path: str
@@ -77,8 +97,7 @@ def test_fetched_bytes_are_the_decoded_bytes_on_either_path(
     url, token, up = served
     assert len(up.xorb.body) < len(up.data)  # compressed on the wire
     with CASClient(url, token) as client:
-        cache = NodeCache(str(tmp_path / "ranges"), 1 << 30)
-        src = RemoteChunkSource(client, cache, str(tmp_path / "shards"))
+        cache, src = _source(client, tmp_path)
         src._no_locations = path == "reconstruction entries"
         assert src.warm([up.file_hash]) == len(up.data)
         assert src.fetched_bytes == len(up.data) == cache.total_bytes
@@ -122,8 +141,7 @@ def test_copy_to_a_positional_output_writes_each_range_where_it_belongs(
 ) -> None:
     url, token, up = served
     with CASClient(url, token) as client:
-        cache = NodeCache(str(tmp_path / "ranges"), 1 << 30)
-        src = RemoteChunkSource(client, cache, str(tmp_path / "shards"), unit=1 << 20)
+        cache, src = _source(client, tmp_path, unit=1 << 20)
         out = _AtOffsets(len(up.data))
         assert FileReader(src, up.file_hash).copy_to(out) == len(up.data)  # type: ignore[arg-type]
         assert bytes(out.buf) == up.data and out.calls >= 4  # several 1 MiB ranges
@@ -142,8 +160,7 @@ def test_concurrent_readers_share_each_fetch(
 ) -> None:
     url, token, up = served
     with CASClient(url, token) as client:
-        cache = NodeCache(str(tmp_path / "ranges"), 1 << 30)
-        src = RemoteChunkSource(client, cache, str(tmp_path / "shards"))
+        cache, src = _source(client, tmp_path)
         reader = FileReader(src, up.file_hash)
         start = threading.Barrier(8)
         got: list[bytes] = []
@@ -173,15 +190,8 @@ def test_small_files_sharing_a_xorb_take_its_chunk_list_once(tmp_path: Path) -> 
     new, offline source read the cached data back."""
     sx, files, hashes, shard = _packed(7, 120)
     root = tmp_path / "srv"
-    write, _ = TokenStore(str(root)).create("write")
-    with (
-        BackgroundServer(ServerConfig(root=str(root), port=0)) as srv,
-        CASClient(srv.url, write) as client,
-    ):
-        client.upload_xorb(sx.hash, sx.body)
-        client.upload_shard(shard)
-        cache = NodeCache(str(tmp_path / "ranges"), 1 << 30)
-        src = RemoteChunkSource(client, cache, str(tmp_path / "shards"))
+    with _own_server(root, sx, shard) as client:
+        cache, src = _source(client, tmp_path)
         blocks: list[int] = []
         locations: list[bytes] = []
         ranges: list[tuple[int, int]] = []
@@ -270,15 +280,8 @@ def test_descriptions_of_many_files_come_in_batches(tmp_path: Path) -> None:
     )
     unknown = [bytes([i]) * 32 for i in range(1, 6)]
     root = tmp_path / "srv"
-    write, _ = TokenStore(str(root)).create("write")
-    with (
-        BackgroundServer(ServerConfig(root=str(root), port=0)) as srv,
-        CASClient(srv.url, write) as client,
-    ):
-        client.upload_xorb(sx.hash, sx.body)
-        client.upload_shard(shard)
-        cache = NodeCache(str(tmp_path / "ranges"), 1 << 30)
-        src = RemoteChunkSource(client, cache, str(tmp_path / "shards"))
+    with _own_server(root, sx, shard) as client:
+        cache, src = _source(client, tmp_path)
         sent: list[str] = []
         request = client._request
 
@@ -306,7 +309,8 @@ def test_descriptions_of_many_files_come_in_batches(tmp_path: Path) -> None:
         # the server checks what it is sent: no token, too many, not hashes, not JSON
         import httpx
 
-        url = srv.url + "/v1/file-shards"
+        url = client.endpoint + "/v1/file-shards"
+        write, _ = TokenStore(str(root)).create("write")
         auth = {"Authorization": f"Bearer {write}"}
         too_many = {"files": [h.hex() for h in [*hashes, *hashes][:1001]]}
         assert httpx.post(url, json={"files": []}).status_code == 401
@@ -333,21 +337,14 @@ def test_a_chunk_corrupted_on_the_server_fails_its_file_only(tmp_path: Path) -> 
     sx, files, hashes, shard = _packed(9, 120)
     bad = 60
     root = tmp_path / "srv"
-    write, _ = TokenStore(str(root)).create("write")
-    with (
-        BackgroundServer(ServerConfig(root=str(root), port=0)) as srv,
-        CASClient(srv.url, write) as client,
-    ):
-        client.upload_xorb(sx.hash, sx.body)
-        client.upload_shard(shard)
+    with _own_server(root, sx, shard) as client:
         stored = root / "cas" / "xorbs" / "default" / to_hex(sx.hash)
         with open(stored, "r+b") as f:  # the last byte of the bad file's chunk
             f.seek(sx.byte_offsets[bad + 1] - 1)
             byte = f.read(1)
             f.seek(-1, os.SEEK_CUR)
             f.write(bytes([byte[0] ^ 0xFF]))
-        cache = NodeCache(str(tmp_path / "ranges"), 1 << 30)
-        src = RemoteChunkSource(client, cache, str(tmp_path / "shards"))
+        cache, src = _source(client, tmp_path)
 
         def copy(i: int) -> bytes | None:
             out = io.BytesIO()
