@@ -724,6 +724,9 @@ class MountRegistry:
             load=lambda data, what: MountRecord.from_json(data, what=what),
             dump=MountRecord.to_json,
             max_bytes=_RECORD_MAX_BYTES,
+            # a record describes running processes, which a power loss ends too: an fsync
+            # would only make every 'git xet mount' wait on the disk
+            durable=False,
         )
 
     def record(self, rec: MountRecord) -> None:
