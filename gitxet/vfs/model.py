@@ -91,14 +91,14 @@ T = TypeVar("T")
 _DIR_MODES = (MODE_DIR, MODE_GITLINK)
 
 
-def _kind_of(mode: int) -> NodeKind | None:
-    if mode in FILE_MODES:
-        return NodeKind.FILE
-    if mode in (MODE_DIR, MODE_GITLINK):
-        return NodeKind.DIR
-    if mode == MODE_LINK:
-        return NodeKind.SYMLINK
-    return None
+_KINDS: dict[int, NodeKind] = {
+    **dict.fromkeys(FILE_MODES, NodeKind.FILE),
+    **dict.fromkeys(_DIR_MODES, NodeKind.DIR),
+    MODE_LINK: NodeKind.SYMLINK,
+}
+#: the kind of a tree entry's mode (None: a mode the model does not serve); a listing asks
+#: this of every entry
+_kind_of = _KINDS.get
 
 
 # ---- caches --------------------------------------------------------------------------------
