@@ -179,6 +179,18 @@ def ensure_dataset(maker: Path, data: Path, versions: int, scale: float) -> None
     )  # fmt: skip
 
 
+def byte_compile() -> None:
+    """Compile gitxet's modules, as installing a package does: git starts a new gitxet
+    process for every add (the filter) and push (the hook), and a module whose ``.pyc`` is
+    stale (an edited checkout under ``PYTHONDONTWRITEBYTECODE=1``, set on the shared VM)
+    would be compiled again in each of them (measured: ~18 ms of a ~115 ms pre-push hook)."""
+    import compileall
+
+    import gitxet
+
+    compileall.compile_dir(os.path.dirname(gitxet.__file__), quiet=1)
+
+
 def setup_gitxet(run: ToolRun, env: dict[str, str], profile: Path | None) -> None:
     sh(["git", "init", "-q", "--bare", str(run.remote)], run.root, env)
     sh(["git", "init", "-q", str(run.work)], run.root, env)
