@@ -157,22 +157,37 @@ class Materializer:
         tmp_dir = self._worktree_tmp_dir()
         modes, failed = self._named_by_index(todo)
         wt = WorkTree(self.worktree)
+        # A file is put in place (renamed) and recorded in ``done`` under ``gate``, and an
+        # interrupt sets ``stopping`` under it: once stopping, no file is put in place, and
+        # every file that was is in ``done`` (restated below), however late a writer is
+        # (one slow on a loaded machine used to finish after the stop and show modified).
+        gate = threading.Lock()
+        done: dict[str, os.stat_result] = {}
 
         def write_one(f: PointerFile) -> tuple[str, os.stat_result]:
             mode = keep_mode(wt, f.path, modes[f.path])
-            with wt.replace(f.path, mode=mode, tmp_dir=tmp_dir) as (out, st):
-                self.content.write(
-                    f.pointer,
-                    cast(BinaryIO, _Counting(out, advance)),
-                    remote,
-                    commit=head,
-                    path=f.path,
-                )
+            committing = False
+            try:
+                with wt.replace(f.path, mode=mode, tmp_dir=tmp_dir) as (out, st):
+                    self.content.write(
+                        f.pointer,
+                        cast(BinaryIO, _Counting(out, advance)),
+                        remote,
+                        commit=head,
+                        path=f.path,
+                    )
+                    gate.acquire()
+                    committing = True
+                    if stopping.is_set():
+                        raise _Stopped  # the temp file goes; the file stays a pointer
+                done[f.path] = st[0]
+            finally:
+                if committing:
+                    gate.release()
             return f.path, st[0]
 
         # file creation is syscall-bound (the GIL is released): more writers than cores pay off
         n_workers = workers or min(8, len(todo))
-        done: dict[str, os.stat_result] = {}
         by_path = {f.path: f for f in todo}
         # in store order: the writers then read each xorb front to back, and it is read
         # ahead of them (8 threads reading parts of one file defeat the kernel's read-ahead)
@@ -183,12 +198,11 @@ class Materializer:
         ) -> None:
             for fut in finished:
                 try:
-                    path, st = fut.result()
+                    fut.result()  # a file written is in ``done`` already
                 except (GitxetError, OSError) as exc:
                     failed.append((futures.pop(fut), exc))
                 else:
                     futures.pop(fut)
-                    done[path] = st
 
         futures: dict[concurrent.futures.Future[tuple[str, os.stat_result]], str] = {}
         pool = concurrent.futures.ThreadPoolExecutor(n_workers, "gitxet-materialize")
@@ -204,32 +218,32 @@ class Materializer:
                         futures[pool.submit(write_one, f)] = f.path
                     collect(list(concurrent.futures.as_completed(list(futures))))
                 except BaseException:
-                    # interrupted (Ctrl-C): start no file, stop the writers at their next
-                    # write (their temp files are removed), keep what is complete
-                    stopping.set()
+                    # interrupted (Ctrl-C): start no file, put no more in place, stop the
+                    # writers at their next write (their temp files are removed), keep what
+                    # is complete (``done``)
+                    with gate:
+                        stopping.set()
                     pool.shutdown(wait=False, cancel_futures=True)
                     live = [fut for fut in futures if not fut.cancelled()]
-                    finished, _ = concurrent.futures.wait(live, timeout=STOP_WAIT)
-                    for fut in finished:
-                        if not fut.cancelled() and fut.exception() is None:
-                            path, st = fut.result()
-                            done[path] = st
+                    concurrent.futures.wait(live, timeout=STOP_WAIT)
                     raise
         finally:
             pool.shutdown(wait=not stopping.is_set())
             # what was written is recorded and restated even when the run is cut short, so
             # git sees those files unchanged and the rest still as the pointers they are
+            with gate:  # no writer adds to it any more (all ended, or stopping)
+                kept = dict(done)
             written = {
                 path: [
                     st.st_size, st.st_mtime_ns, st.st_ino, by_path[path].pointer.encode().decode()
                 ]
-                for path, st in done.items()
+                for path, st in kept.items()
             }  # fmt: skip
             self.records.remember(written)
-            self._restat({path: (by_path[path].pointer, st) for path, st in done.items()})
+            self._restat({path: (by_path[path].pointer, st) for path, st in kept.items()})
         if failed:
             raise MaterializeError(sorted(failed, key=lambda item: item[0]))
-        return len(done)
+        return len(kept)
 
     def dematerialize(self, files: Sequence[PointerFile]) -> int:
         """Put pointer text back in the work tree (the data stays in the local store);

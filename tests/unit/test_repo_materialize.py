@@ -178,3 +178,42 @@ def test_an_interrupted_materialize_keeps_what_it_wrote_and_stops_the_rest(
     assert process.stat_changed(repo) == set()  # big.bin restated, small.bin untouched
     assert m.records.pointer_for(repo, "d/big.bin") == big.encode()
     assert {f.path: f.materialized for f in files(repo)} == {"d/big.bin": True, "small.bin": False}
+
+
+def test_ctrl_c_while_a_finished_file_is_collected_still_restats_it(
+    setup: tuple[Materializer, Path, list[Pointer]],
+) -> None:
+    """Ctrl-C can land anywhere in the main thread, also between taking a finished writer's
+    result and recording the file for the restat: that file is in place all the same, so it
+    must be restated (else git shows it modified). A trace function raises the interrupt
+    on the line right after the first finished future is taken off the list."""
+    import linecache
+    import sys
+    import types
+
+    m, repo, _ = setup
+    state = {"popped": False, "fired": False}
+
+    def trace(frame: types.FrameType, event: str, arg: object) -> object:
+        if frame.f_code.co_name != "collect":
+            return trace
+        if event == "line" and not state["fired"]:
+            line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+            if state["popped"]:
+                state["fired"] = True
+                raise KeyboardInterrupt  # as Ctrl-C arriving right here
+            state["popped"] = "futures.pop(fut)" in line and "failed" not in line
+        return trace
+
+    sys.settrace(trace)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            m.materialize(files(repo), workers=1)
+    finally:
+        sys.settrace(None)
+    assert state["fired"]
+    not_racy(repo)
+    assert process.stat_changed(repo) == set()  # what was put in place is restated
+    for f in files(repo):
+        path = repo / f.path
+        assert f.materialized or path.read_bytes() == f.pointer.encode(), f.path
