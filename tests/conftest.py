@@ -19,7 +19,15 @@ import pytest
 # The CI switch (a skipped FUSE/NFS/Docker test fails under CI=true), as conftest hooks.
 from tests.helpers.ci import pytest_make_collect_report, pytest_runtest_makereport
 
-__all__ = ["pytest_make_collect_report", "pytest_runtest_makereport"]
+# Subprocesses left running: named (with the test that started them) and stopped.
+from tests.helpers.leaks import pytest_runtest_setup, pytest_sessionfinish
+
+__all__ = [
+    "pytest_make_collect_report",
+    "pytest_runtest_makereport",
+    "pytest_runtest_setup",
+    "pytest_sessionfinish",
+]
 from tests.helpers.keyring_backends import FileKeyring, MemoryKeyring, use_file_keyring
 
 GIT_IDENTITY = {"name": "Gitxet Test", "email": "test@gitxet.invalid"}
