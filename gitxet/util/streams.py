@@ -53,22 +53,40 @@ def _writev_all(fd: int, views: list[memoryview]) -> None:
 
 def write_all_at(fd: int, views: Sequence[memoryview], offset: int) -> None:
     """Write ``views`` (in order) at ``offset`` of ``fd``, all of them (however short the
-    kernel's writes are); the file position does not move.
+    kernel's writes are), in ``pwritev`` calls of at most :data:`WRITE_BATCH` bytes (as
+    :func:`write_all`: an 8 MiB range written in one call cost a clone of 1 GiB about a
+    second of system time more); the file position does not move.
 
     Raises:
         OSError: the write failed (a full disk, a closed descriptor).
     """
-    todo = [memoryview(v).cast("B") for v in views if len(v)]
-    while todo:
-        wrote = os.pwritev(fd, todo[:_IOV_MAX], offset)
+    batch: list[memoryview] = []
+    size = 0
+    for v in views:
+        view = memoryview(v).cast("B")
+        for off in range(0, view.nbytes, WRITE_BATCH):
+            piece = view[off : off + WRITE_BATCH]
+            if batch and (size + piece.nbytes > WRITE_BATCH or len(batch) == _IOV_MAX):
+                _pwritev_all(fd, batch, offset)
+                offset += size
+                batch, size = [], 0
+            batch.append(piece)
+            size += piece.nbytes
+    if batch:
+        _pwritev_all(fd, batch, offset)
+
+
+def _pwritev_all(fd: int, views: list[memoryview], offset: int) -> None:
+    while views:
+        wrote = os.pwritev(fd, views, offset)
         if wrote <= 0:
             raise OSError("pwritev wrote nothing")
         offset += wrote
-        while todo and wrote >= len(todo[0]):
-            wrote -= len(todo[0])
-            todo.pop(0)
+        while views and wrote >= views[0].nbytes:
+            wrote -= views[0].nbytes
+            views.pop(0)
         if wrote:
-            todo[0] = todo[0][wrote:]
+            views[0] = views[0][wrote:]
 
 
 def read_up_to(src: BinaryIO, n: int) -> bytes:
