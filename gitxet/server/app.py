@@ -191,7 +191,10 @@ def _base_url(request: Request) -> str:
     return str(request.base_url).rstrip("/")
 
 
-def range_param(request: Request) -> tuple[int, int | None] | None:
+Range = tuple[int, int | None] | None  # a Range header: first byte, last byte (None: to the end)
+
+
+def range_param(request: Request) -> Range:
     v = request.headers.get("range")
     if v is None:
         return None
@@ -431,26 +434,25 @@ async def xorb_location(request: Request) -> Response:
     return JSONResponse(loc.to_json())
 
 
-async def xorb_data(request: Request) -> Response:
+def data_request(request: Request, signer: UrlSigner) -> tuple[str, bytes, str, Range]:
+    """(hex, hash, expiry, range) of a signed ``GET /xorb-data/...``; 403 unless signed."""
     check_prefix(request)
-    st = _st(request)
     hx = request.path_params["xorb"]
     xh = parse_hex(hx)
     q = request.query_params
     exp = q.get("exp", "")
-    if xh is None or not st.signer.verify_data(hx, exp, q.get("sig", "")):
+    if xh is None or not signer.verify_data(hx, exp, q.get("sig", "")):
         raise HttpError(403, "data URL signature is invalid or expired")
-    rng = range_param(request)
-    service = st.service
-    lay = service.index.cached_layout(xh)
-    if lay is None:
-        lay = await run_in_threadpool(service.layout, xh)
-    size = lay.body_size
+    return hx, xh, exp, range_param(request)
+
+
+def data_span(hx: str, rng: Range, size: int, exp: str) -> tuple[int, int, int, dict[str, str]]:
+    """(first byte, last byte, status, headers) of the answer to ``rng`` of a ``size``-byte
+    xorb whose URL expires at ``exp``; 416 for a range starting past its end."""
     start, end = (0, size - 1) if rng is None else (rng[0], size - 1 if rng[1] is None else rng[1])
     if start >= size:
         raise RangeNotSatisfiableError(f"xorb {hx}", size)
     end = min(end, size - 1)
-    length = end - start + 1
     max_age = max(0, int(exp) - int(time.time()))
     headers = {
         "Accept-Ranges": "bytes",
@@ -461,6 +463,18 @@ async def xorb_data(request: Request) -> Response:
     if rng is not None:
         status = 206
         headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+    return start, end, status, headers
+
+
+async def xorb_data(request: Request) -> Response:
+    st = _st(request)
+    hx, xh, exp, rng = data_request(request, st.signer)
+    service = st.service
+    lay = service.index.cached_layout(xh)
+    if lay is None:
+        lay = await run_in_threadpool(service.layout, xh)
+    start, end, status, headers = data_span(hx, rng, lay.body_size, exp)
+    length = end - start + 1
     key = xorb_key(xh)
     backend = service.backend
     if length <= _ONE_SHOT:

@@ -46,7 +46,8 @@ from gitxet.server.app import (
     HttpError,
     batch_ids,
     batch_reconstruction,
-    check_prefix,
+    data_request,
+    data_span,
     hash_param,
     range_param,
     read_body,
@@ -185,34 +186,13 @@ async def file_shards(request: Request) -> Response:
 
 
 async def xorb_data(request: Request) -> Response:
-    check_prefix(request)
     st = _st(request)
-    hx = request.path_params["xorb"]
-    xh = parse_hex(hx)
-    q = request.query_params
-    exp = q.get("exp", "")
-    if xh is None or not st.signer.verify_data(hx, exp, q.get("sig", "")):
-        raise HttpError(403, "data URL signature is invalid or expired")
-    rng = range_param(request)
+    hx, xh, exp, rng = data_request(request, st.signer)
     tier = st.tier
-    size = tier.data_size(xh)
-    start, end = (0, size - 1) if rng is None else (rng[0], size - 1 if rng[1] is None else rng[1])
-    if start >= size:
-        raise RangeNotSatisfiableError(f"xorb {hx}", size)
-    end = min(end, size - 1)
+    start, end, status, headers = data_span(hx, rng, tier.data_size(xh), exp)
     pieces = await run_in_threadpool(tier.read, xh, start, end)
     # the first piece before the status line: a request that cannot be served fails cleanly
     first = await run_in_threadpool(next, pieces, None)
-    max_age = max(0, int(exp) - int(time.time()))
-    headers = {
-        "Accept-Ranges": "bytes",
-        "Cache-Control": f"public, max-age={max_age}, immutable",
-        "ETag": f'"{hx}"',
-    }
-    status = 200
-    if rng is not None:
-        status = 206
-        headers["Content-Range"] = f"bytes {start}-{end}/{size}"
     length = end - start + 1
     if first is not None and len(first) == length:
         return Response(first, status_code=status, headers=headers, media_type=p.OCTET)
