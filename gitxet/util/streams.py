@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
 #: buffers per ``pwritev`` call (Linux's IOV_MAX)
@@ -17,13 +17,9 @@ _IOV_MAX = 1024
 WRITE_BATCH = 256 << 10
 
 
-def write_all(fd: int, parts: Sequence[bytes | memoryview]) -> None:
-    """Write ``parts`` in order at ``fd``'s position, all of them (short writes resume), in
-    ``writev`` calls of at most :data:`WRITE_BATCH` bytes (no join of the parts).
-
-    Raises:
-        OSError: the write failed (a full disk, a closed descriptor).
-    """
+def _batches(parts: Sequence[bytes | memoryview]) -> Iterator[tuple[list[memoryview], int]]:
+    """``parts`` as runs of views of at most :data:`WRITE_BATCH` bytes and ``_IOV_MAX``
+    buffers each (a large part cut in pieces), with each run's size."""
     batch: list[memoryview] = []
     size = 0
     for part in parts:
@@ -31,24 +27,23 @@ def write_all(fd: int, parts: Sequence[bytes | memoryview]) -> None:
         for off in range(0, view.nbytes, WRITE_BATCH):
             piece = view[off : off + WRITE_BATCH]
             if batch and (size + piece.nbytes > WRITE_BATCH or len(batch) == _IOV_MAX):
-                _writev_all(fd, batch)
+                yield batch, size
                 batch, size = [], 0
             batch.append(piece)
             size += piece.nbytes
     if batch:
-        _writev_all(fd, batch)
+        yield batch, size
 
 
-def _writev_all(fd: int, views: list[memoryview]) -> None:
-    while views:
-        wrote = os.writev(fd, views)
-        if wrote <= 0:
-            raise OSError("writev wrote nothing")
-        while views and wrote >= views[0].nbytes:
-            wrote -= views[0].nbytes
-            views.pop(0)
-        if wrote:
-            views[0] = views[0][wrote:]
+def write_all(fd: int, parts: Sequence[bytes | memoryview]) -> None:
+    """Write ``parts`` in order at ``fd``'s position, all of them (short writes resume), in
+    ``writev`` calls of at most :data:`WRITE_BATCH` bytes (no join of the parts).
+
+    Raises:
+        OSError: the write failed (a full disk, a closed descriptor).
+    """
+    for batch, _ in _batches(parts):
+        _write_batch(fd, batch, None)
 
 
 def write_all_at(fd: int, views: Sequence[memoryview], offset: int) -> None:
@@ -60,28 +55,19 @@ def write_all_at(fd: int, views: Sequence[memoryview], offset: int) -> None:
     Raises:
         OSError: the write failed (a full disk, a closed descriptor).
     """
-    batch: list[memoryview] = []
-    size = 0
-    for v in views:
-        view = memoryview(v).cast("B")
-        for off in range(0, view.nbytes, WRITE_BATCH):
-            piece = view[off : off + WRITE_BATCH]
-            if batch and (size + piece.nbytes > WRITE_BATCH or len(batch) == _IOV_MAX):
-                _pwritev_all(fd, batch, offset)
-                offset += size
-                batch, size = [], 0
-            batch.append(piece)
-            size += piece.nbytes
-    if batch:
-        _pwritev_all(fd, batch, offset)
+    for batch, size in _batches(views):
+        _write_batch(fd, batch, offset)
+        offset += size
 
 
-def _pwritev_all(fd: int, views: list[memoryview], offset: int) -> None:
+def _write_batch(fd: int, views: list[memoryview], offset: int | None) -> None:
+    """All of ``views`` at the file position (``offset`` None) or at ``offset``."""
     while views:
-        wrote = os.pwritev(fd, views, offset)
+        wrote = os.writev(fd, views) if offset is None else os.pwritev(fd, views, offset)
         if wrote <= 0:
-            raise OSError("pwritev wrote nothing")
-        offset += wrote
+            raise OSError("write wrote nothing")
+        if offset is not None:
+            offset += wrote
         while views and wrote >= views[0].nbytes:
             wrote -= views[0].nbytes
             views.pop(0)
