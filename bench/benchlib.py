@@ -39,6 +39,49 @@ def not_found(relative: str, option: str) -> str:
     return f"{relative} not found (looked in {looked}, ...): pass {option} or set {SHARED_ENV}"
 
 
+def work_env(work: Path, **extra: str) -> dict[str, str]:
+    """This environment with a private HOME (``work/home``, made here) and gitxet's state
+    under ``work/state``, this interpreter's ``git-xet`` first on PATH, and ``extra``."""
+    env = dict(
+        os.environ,
+        HOME=str(work / "home"),
+        GIT_CONFIG_NOSYSTEM="1",
+        GITXET_STATE_DIR=str(work / "state"),
+        **extra,
+    )
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+    (work / "home").mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def sealed_env(home: Path, **extra: str) -> dict[str, str]:
+    """This environment without git's and gitxet's variables, with a private HOME (made
+    here) whose git config holds only the bench identity, this interpreter's ``git-xet``
+    first on PATH, and ``extra``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GIT_", "GITXET_")) and k not in ("EMAIL", "XDG_CONFIG_DIRS")
+    }
+    home.mkdir(parents=True, exist_ok=True)
+    (home / ".gitconfig").write_text(
+        "[user]\n\tname = Bench\n\temail = bench@gitxet.invalid\n"
+        "[init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n"
+        '[core]\n\tautocrlf = false\n[protocol "file"]\n\tallow = always\n',
+        encoding="utf-8",
+    )
+    env.update(
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_TERMINAL_PROMPT="0",
+        LC_ALL="C",
+        PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+        **extra,
+    )
+    return env
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now."""
     with socket.socket() as s:

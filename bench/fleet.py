@@ -41,7 +41,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from benchlib import drop_caches, free_port, wait_port
+from benchlib import drop_caches, free_port, wait_port, work_env
 
 FILE_MIB = 256  # the commit is files of this size (the last one smaller)
 
@@ -73,16 +73,8 @@ class Fleet:
         self.work = work
         self.size = size
         self.readers = readers
-        self.env = dict(os.environ)
-        self.env.update(
-            HOME=str(work / "home"),
-            GIT_CONFIG_NOSYSTEM="1",
-            GITXET_STATE_DIR=str(work / "state"),
-            GITXET_CACHE_DIR=str(work / "cache"),
-        )
+        self.env = work_env(work, GITXET_CACHE_DIR=str(work / "cache"))
         self.env.pop("GITXET_CAS_URL", None)
-        self.env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + self.env["PATH"]
-        (work / "home").mkdir(parents=True, exist_ok=True)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.expected: dict[str, str] = {}
         self.repo = ""

@@ -50,7 +50,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchlib import not_found, shared_file
+from benchlib import not_found, sealed_env, shared_file
 
 MAKER = "bench/make_dataset.py"  # under the shared directory (benchlib.shared_file)
 LFS_PATTERNS = ("*.bin", "*.csv", "*.npy")
@@ -90,31 +90,6 @@ class ToolRun:
     @property
     def remote(self) -> Path:
         return self.root / "remote.git"
-
-
-def sealed_env(home: Path) -> dict[str, str]:
-    """A private HOME and git config; gitxet of this interpreter first on PATH."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("GIT_", "GITXET_")) and k not in ("EMAIL", "XDG_CONFIG_DIRS")
-    }
-    home.mkdir(parents=True, exist_ok=True)
-    (home / ".gitconfig").write_text(
-        "[user]\n\tname = Bench\n\temail = bench@gitxet.invalid\n"
-        "[init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n"
-        '[core]\n\tautocrlf = false\n[protocol "file"]\n\tallow = always\n',
-        encoding="utf-8",
-    )
-    env.update(
-        HOME=str(home),
-        XDG_CONFIG_HOME=str(home / ".config"),
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_TERMINAL_PROMPT="0",
-        LC_ALL="C",
-        PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-    )
-    return env
 
 
 def sh(args: list[str], cwd: Path, env: dict[str, str]) -> float:

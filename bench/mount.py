@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import drop_caches, not_found, peak_rss_kb, shared_file
+from benchlib import drop_caches, not_found, peak_rss_kb, shared_file, work_env
 
 PASSTHROUGH = "bench/fuse_passthrough.py"  # under the shared directory (benchlib.shared_file)
 
@@ -146,12 +146,7 @@ def main() -> None:
     size = args.size_mib << 20
     work = Path(args.dir or tempfile.mkdtemp(prefix="gitxet-mountbench-"))
     work.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.update(
-        HOME=str(work / "home"), GIT_CONFIG_NOSYSTEM="1", GITXET_STATE_DIR=str(work / "state")
-    )
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
-    (work / "home").mkdir(exist_ok=True)
+    env = work_env(work)
     for k, v in (("user.name", "bench"), ("user.email", "b@b"), ("init.defaultBranch", "main")):
         sh("git", "config", "--global", k, v, env=env)
 

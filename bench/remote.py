@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 
 import benchlib
-from benchlib import free_port, peak_rss_kb, wait_port
+from benchlib import free_port, peak_rss_kb, wait_port, work_env
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = 8 << 20  # node cache range of a sequential read (gitxet.data.remote_source.UNIT)
@@ -131,15 +131,7 @@ class Bench:
         self.work = work
         self.size = size
         self.rss = rss
-        self.env = dict(os.environ)
-        self.env.update(
-            HOME=str(work / "home"),
-            GIT_CONFIG_NOSYSTEM="1",
-            GITXET_STATE_DIR=str(work / "state"),
-            XDG_CACHE_HOME=str(work / "xdg-cache"),
-        )
-        self.env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + self.env["PATH"]
-        (work / "home").mkdir(parents=True, exist_ok=True)
+        self.env = work_env(work, XDG_CACHE_HOME=str(work / "xdg-cache"))
         self.mnt = work / "mnt"
         self.mnt.mkdir(exist_ok=True)
         self.server: subprocess.Popen[bytes] | None = None

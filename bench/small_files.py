@@ -60,6 +60,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import benchlib
+from benchlib import free_port
+
 # The bench/ directory holds a script named like the fsspec package: keep it off sys.path.
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
@@ -77,30 +80,10 @@ CHECKOUT_MAX = 200_000  # (listing) larger commits are not checked out for the p
 
 
 def sealed_env(home: Path) -> dict[str, str]:
-    """A private HOME and git config; gitxet of this interpreter first on PATH."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("GIT_", "GITXET_")) and k not in ("EMAIL", "XDG_CONFIG_DIRS")
-    }
-    home.mkdir(parents=True, exist_ok=True)
-    (home / ".gitconfig").write_text(
-        "[user]\n\tname = Bench\n\temail = bench@gitxet.invalid\n"
-        "[init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n"
-        '[core]\n\tautocrlf = false\n[protocol "file"]\n\tallow = always\n',
-        encoding="utf-8",
+    """benchlib's sealed environment, with gitxet's cache and state under ``home``."""
+    return benchlib.sealed_env(
+        home, XDG_CACHE_HOME=str(home / ".cache"), GITXET_STATE_DIR=str(home / "state")
     )
-    env.update(
-        HOME=str(home),
-        XDG_CONFIG_HOME=str(home / ".config"),
-        XDG_CACHE_HOME=str(home / ".cache"),
-        GITXET_STATE_DIR=str(home / "state"),
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_TERMINAL_PROMPT="0",
-        LC_ALL="C",
-        PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-    )
-    return env
 
 
 def sh(args: list[str], cwd: Path, env: dict[str, str], check: bool = True) -> float:
@@ -549,12 +532,6 @@ def report_workflow(res: dict[str, object]) -> None:
 
 
 # ---- the HTTP run -----------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Serve:
