@@ -49,9 +49,14 @@ def _running() -> list[subprocess.Popen[Any]]:
 
 
 def _stop(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM (a mount daemon then unmounts), and SIGKILL if it is still there 10 s on."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        proc.kill()
-        proc.wait(10)
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 def _describe(proc: subprocess.Popen[Any]) -> str:
