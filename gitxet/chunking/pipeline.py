@@ -1,12 +1,14 @@
 """Chunk and hash a stream on all cores with bounded memory.
 
-Per block: the next read, the candidate scan (split in halves) and the chunk hashing (split
-in halves) each run on a small thread pool. The C scan and BLAKE3 both release the GIL, so
-on two cores this runs at roughly twice the single-core rate. Memory is a few blocks.
+Per block: the candidate scan (split in halves) and the chunk hashing (split in halves) run
+on a small thread pool, the next reads on their own thread (:data:`READ_AHEAD` blocks
+ahead). The C scan and BLAKE3 both release the GIL, so on two cores this runs at roughly
+twice the single-core rate. Memory is a few blocks.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -15,6 +17,9 @@ from typing import BinaryIO
 
 from gitxet.chunking import DEFAULT_BLOCK, Chunk, Chunker, FindCandidates
 from gitxet.hashing import chunk_hash, file_hash
+
+#: Blocks read ahead of the one being chunked (memory: this many blocks more).
+READ_AHEAD = 2
 
 
 def _hash_all(chunks: Sequence[Chunk]) -> list[bytes]:
@@ -91,13 +96,19 @@ class ChunkStream:
         self._done = False
 
     def __iter__(self) -> Iterator[HashedBlock]:
+        # reads run on their own thread, READ_AHEAD blocks ahead: on the shared executor,
+        # one block ahead, a read from git's filter pipe (git writes only as fast as it is
+        # read) kept stalling the chunking of the block before it
+        reader = ThreadPoolExecutor(1, thread_name_prefix="gitxet-read")
         try:
-            nxt = self._executor.submit(self._stream.read, self._block_size)
+            ahead = collections.deque(
+                reader.submit(self._stream.read, self._block_size) for _ in range(READ_AHEAD)
+            )
             while True:
-                block = nxt.result()
+                block = ahead.popleft().result()
                 if not block:
                     break
-                nxt = self._executor.submit(self._stream.read, self._block_size)
+                ahead.append(reader.submit(self._stream.read, self._block_size))
                 if self._sha is not None:
                     self._sha.update(block)
                 self.size += len(block)
@@ -111,6 +122,7 @@ class ChunkStream:
                 self._sha_hex = self._sha.hexdigest()
             self._done = True
         finally:
+            reader.shutdown(wait=True, cancel_futures=True)
             if self._own_executor:
                 self._executor.shutdown(wait=True)
 
