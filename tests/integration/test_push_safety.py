@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.proc import run
+
 pytestmark = pytest.mark.timeout(300)
 
 POINTER_PREFIX = b"version https://gitxet.dev/spec/v1\n"
@@ -19,13 +21,6 @@ POINTER_PREFIX = b"version https://gitxet.dev/spec/v1\n"
 def gitxet_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """git calls ``git-xet`` back: make sure it is this interpreter's."""
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-
-
-def run(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=240)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{args} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-    return r
 
 
 def git(*args: str, cwd: Path) -> str:

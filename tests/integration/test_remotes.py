@@ -18,6 +18,7 @@ import pytest
 
 from gitxet.hashing import from_hex
 from gitxet.store.cas import LocalCAS
+from tests.helpers.proc import git, run
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -25,17 +26,6 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(autouse=True)
 def gitxet_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-
-
-def run(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=240)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{args} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-    return r
-
-
-def git(*args: str, cwd: Path) -> str:
-    return run("git", *args, cwd=cwd).stdout.strip()
 
 
 def xet(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:

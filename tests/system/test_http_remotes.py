@@ -25,6 +25,7 @@ import pytest
 from gitxet.server.auth import TokenStore
 from gitxet.server.run import BackgroundServer, ServerConfig
 from tests.helpers.fuse_env import fuse_unavailable_reason
+from tests.helpers.proc import git, run
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -39,17 +40,6 @@ def srv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, 
     monkeypatch.setenv("GITXET_STATE_DIR", str(tmp_path / "state"))
     with BackgroundServer(ServerConfig(root=str(root), port=0)) as s:
         yield s.url.replace("http://", f"http://user:{token}@"), token
-
-
-def run(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=240)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{args}: {r.returncode}\n{r.stdout}\n{r.stderr}")
-    return r
-
-
-def git(*args: str, cwd: Path) -> str:
-    return run("git", *args, cwd=cwd).stdout.strip()
 
 
 def xet(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:

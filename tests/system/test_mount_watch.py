@@ -9,7 +9,6 @@ import mmap
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -20,19 +19,13 @@ import pytest
 from gitxet.server.auth import TokenStore
 from gitxet.server.run import BackgroundServer, ServerConfig
 from tests.helpers.fuse_env import force_unmount, require_fuse
+from tests.helpers.proc import run
 
 pytestmark = [pytest.mark.fuse, pytest.mark.timeout(300)]
 
 MiB = 1 << 20
 V1 = random.Random(21).randbytes(4 * MiB)
 V2 = random.Random(22).randbytes(4 * MiB)
-
-
-def run(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=240)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{args}: {r.returncode}\n{r.stdout}\n{r.stderr}")
-    return r
 
 
 def rows(cwd: Path) -> list[dict[str, object]]:
