@@ -84,7 +84,7 @@ def test_a_full_batch_is_stored_in_the_background_under_its_journal(
         return real(self)
 
     monkeypatch.setattr(Ingestor, "flush", slow_flush)
-    datas = _files(30, seed=8)
+    datas = _files(25, seed=8)
     with StagedIngest(cas, batch_files=10) as st:
         results = [st.add(io.BytesIO(x)) for x in datas[:15]]  # the first 10: a full batch
         assert storing.wait(60)
@@ -94,6 +94,8 @@ def test_a_full_batch_is_stored_in_the_background_under_its_journal(
         release.set()
         results += [st.add(io.BytesIO(x)) for x in datas[15:]]  # waits for the first batch
         assert all(cas.file_info(r.file_hash) is not None for r in results[:10])
+        st.flush()  # waits for the second batch, stores the third: its journal stays, empty
+        assert all(cas.file_info(r.file_hash) is not None for r in results)
         assert len([n for n in os.listdir(d) if n.endswith(".journal")]) == 1
     assert os.listdir(d) == []
     for r, x in zip(results, datas, strict=True):
