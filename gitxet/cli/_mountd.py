@@ -13,6 +13,7 @@ waits for at every mount and failover). Every serving process keeps metrics
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 Cache = tuple[str | None, str | None, bool, str | None, str | None, str | None]
 
 SERVE_COMMAND = "mount-serve"  # the serving process's command (hidden; see the docstring)
+#: young-generation size of the serving process's garbage collector (see serve_fuse)
+_GC_YOUNG = 50_000
 
 
 def _say(msg: str) -> None:
@@ -167,6 +170,10 @@ def serve_fuse(
             takeover.close()
         raise
     _say(f"git-xet: {strip_credentials(repo)} at {commit} = commit {sha}")
+    # A listing makes several objects per entry (nodes, attributes), nearly all long-lived
+    # and free of cycles: with the default 700-allocation young generation, a cold `find`
+    # of 200,000 files spent ~11% of its time in the collector re-scanning them.
+    gc.set_threshold(_GC_YOUNG, *gc.get_threshold()[1:])
     counters = MountMetrics(mnt, sha)
     if ds.server is not None:
         counters.watch_source(ds.server)

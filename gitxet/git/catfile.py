@@ -297,10 +297,11 @@ class Describer:
         self._closed = False
 
     def describe(
-        self, names: Sequence[str], read: Callable[[int], bool]
-    ) -> list[tuple[str, int, bytes | None] | None]:
-        """``(type, size, content)`` per name, in order (None: missing); ``content`` only for
-        objects whose size ``read`` accepts (keep those small: they are held in memory).
+        self, names: Sequence[str], read: Callable[[int], bool], kind: str
+    ) -> list[tuple[int, bytes | None] | None]:
+        """``(size, content)`` per name, in order (None: missing, or not of type ``kind``);
+        ``content`` only for objects whose size ``read`` accepts (keep those small: they are
+        held in memory).
 
         Raises:
             GitError: git failed, or is too old for ``--batch-command``.
@@ -315,15 +316,15 @@ class Describer:
                     self._cwd, "--batch-command=%(objecttype) %(objectsize)", buffer=True
                 )
             proc = self._proc
-            out: list[tuple[str, int, bytes | None] | None] = []
-            for kind, size, _ in proc.exchange("info", names):
-                out.append(None if kind is None else (kind, size, None))
-            wanted = [i for i, got in enumerate(out) if got is not None and read(got[1])]
+            # a listing asks this of every file: one tuple per answer, built once
+            out: list[tuple[int, bytes | None] | None] = [
+                (got[1], None) if got[0] == kind else None for got in proc.exchange("info", names)
+            ]
+            wanted = [i for i, got in enumerate(out) if got is not None and read(got[0])]
             if wanted:
                 got_back = proc.exchange("contents", [names[i] for i in wanted])
-                for i, (kind, size, data) in zip(wanted, got_back, strict=True):
-                    if kind is not None:
-                        out[i] = (kind, size, data)
+                for i, (found, size, data) in zip(wanted, got_back, strict=True):
+                    out[i] = (size, data) if found == kind else None
             return out
 
     def close(self) -> None:

@@ -431,8 +431,7 @@ class GitObjects:
         process only parses its answers. None for a missing object or one of another kind
         than blob."""
         with self._describer() as batch:
-            found = batch.describe([s.hex() for s in shas], read)
-        return [None if got is None or got[0] != "blob" else (got[1], got[2]) for got in found]
+            return batch.describe([s.hex() for s in shas], read, "blob")
 
     @contextmanager
     def _describer(self) -> Iterator[Describer]:
@@ -457,8 +456,8 @@ class GitObjects:
         """The raw bytes of many trees through the same pipelined ``git cat-file`` as
         :meth:`describe` (None for a missing object or one that is not a tree)."""
         with self._describer() as batch:
-            found = batch.describe([s.hex() for s in shas], lambda _size: True)
-        return [None if got is None or got[0] != "tree" else got[2] for got in found]
+            found = batch.describe([s.hex() for s in shas], lambda _size: True, "tree")
+        return [None if got is None else got[1] for got in found]
 
     def small_blob(self, sha: bytes, want: int) -> tuple[int, bytes | None]:
         """A blob's size and, when it has at most ``want`` bytes, its content: both from one

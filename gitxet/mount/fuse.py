@@ -172,12 +172,10 @@ class XetFuseOperations(pyfuse3.Operations):
             e.st_gid = self._gid
             e.st_rdev = 0
             e.st_blksize = BLOCK_SIZE
-        e.st_ino = self._swap(attrs.ino)
-        e.st_mode = attrs.mode
-        e.st_nlink = attrs.nlink
-        e.st_size = attrs.size
-        e.st_blocks = (attrs.size + 511) // 512
-        mtime = attrs.mtime_ns
+        ino, _, e.st_mode, size, e.st_nlink, mtime = attrs  # (a listing: once per entry)
+        e.st_ino = ino if ino != self._root and ino != pyfuse3.ROOT_INODE else self._swap(ino)
+        e.st_size = size
+        e.st_blocks = (size + 511) // 512
         if e.st_mtime_ns != mtime:
             e.st_atime_ns = mtime
             e.st_mtime_ns = mtime
@@ -296,9 +294,12 @@ class XetFuseOperations(pyfuse3.Operations):
         # "." and ".." first; offsets are index + 1 into this list, stable because the model
         # lists a directory of an immutable commit the same way every time.
         listed = self.fs.readdir(ino)
-        names = [b".", b"..", *(name for name, _ in listed)]
+        names = [b".", b".."]
         attrs = [self.fs.getattr(ino), self.fs.getattr(self.fs.parent(ino))]
-        attrs.extend(a for _, a in listed)
+        if listed:  # split in C, not per entry
+            listed_names, listed_attrs = zip(*listed, strict=True)
+            names += listed_names
+            attrs += listed_attrs
         return names, attrs
 
     def root_changed(self, names: Iterable[bytes]) -> None:

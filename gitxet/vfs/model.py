@@ -96,6 +96,8 @@ _KINDS: dict[int, NodeKind] = {
     **dict.fromkeys(_DIR_MODES, NodeKind.DIR),
     MODE_LINK: NodeKind.SYMLINK,
 }
+#: a file's st_mode by its git mode (read-only; executable as git says)
+_FILE_PERMS = {m: stat.S_IFREG | (0o555 if m & 0o100 else 0o444) for m in FILE_MODES}
 #: the kind of a tree entry's mode (None: a mode the model does not serve); a listing asks
 #: this of every entry
 _kind_of = _KINDS.get
@@ -457,7 +459,14 @@ class CommitFS:
         self._busy_at = time.monotonic()
         self._flights.run(("list", node.ino), lambda: self._list(node))
         self._prefetcher.offer([c for c in node.order if isinstance(c, _Dir)])
-        return [(c.name, self._attrs(c)) for c in node.order]
+        # most entries are sized files: their attributes built inline, not through _attrs
+        attrs, file, mtime = self._attrs, NodeKind.FILE, self.mtime_ns
+        return [
+            (c.name, Attrs(c.ino, file, _FILE_PERMS[c.mode], c.size, 1, mtime))
+            if c.kind is file and c.size >= 0
+            else (c.name, attrs(c))
+            for c in node.order
+        ]
 
     def _list(self, node: _Dir) -> None:
         """A directory's children and the sizes of its files and link counts of its
@@ -492,37 +501,41 @@ class CommitFS:
         one object read each. Anything the batch cannot answer is left to :meth:`_attrs`,
         which reads it alone (and reports it)."""
         blobs = [c for c in node.order if c.size < 0 and c.kind is not NodeKind.DIR]
-        infos = self._batch_infos([c.sha for c in blobs], node.shown)
+        sizes, _ = self._batch_infos([c.sha for c in blobs], node.shown)
+        get, file = sizes.get, NodeKind.FILE
         for c in blobs:
-            info = infos.get(c.sha)
-            if info is None:
-                continue
-            if c.kind is NodeKind.FILE or 0 < info.size < PATH_MAX:
-                c.size = info.size  # (a symlink too long or empty: _attrs says it is broken)
+            size = get(c.sha)
+            if size is not None and (c.kind is file or 0 < size < PATH_MAX):
+                c.size = size  # (a symlink too long or empty: _attrs says it is broken)
 
-    def _batch_infos(self, shas: list[bytes], shown: str) -> dict[bytes, _BlobInfo]:
-        """What blobs are (size, pointer) from one pipelined ``git cat-file`` exchange; those
-        it cannot answer are left out (the caller sizes them one by one, and reports them)."""
+    def _batch_infos(
+        self, shas: list[bytes], shown: str
+    ) -> tuple[dict[bytes, int], dict[bytes, Pointer]]:
+        """The reported sizes of blobs, and the pointers among them, from one pipelined
+        ``git cat-file`` exchange; blobs it cannot answer are left out (the caller sizes them
+        one by one, and reports them). A listing asks this of every file: no object per
+        blob but for pointers."""
         unique = list(dict.fromkeys(shas))
         if not unique:
-            return {}
+            return {}, {}
         try:
             found = self._git.describe(
                 unique, lambda size: MIN_POINTER_SIZE <= size <= MAX_POINTER_SIZE
             )
         except GitError as exc:  # no git binary, a broken store: one by one then
             log.debug("%s: batch sizing failed (%s); sizing one by one", shown, exc)
-            return {}
-        infos: dict[bytes, _BlobInfo] = {}
+            return {}, {}
+        sizes = {sha: got[0] for sha, got in zip(unique, found, strict=True) if got is not None}
+        pointers: dict[bytes, Pointer] = {}
         for sha, got in zip(unique, found, strict=True):
-            if got is None:
+            if got is None or got[1] is None or not looks_like_pointer(got[1]):
                 continue
-            size, data = got
-            pointer = self._parse_pointer(sha, data, shown) if data is not None else None
-            info = infos[sha] = _BlobInfo(pointer.size if pointer is not None else size, pointer)
+            pointer = self._parse_pointer(sha, got[1], shown)
             if pointer is not None:  # a read of the file needs it soon
-                self._infos.put(sha, info)
-        return infos
+                pointers[sha] = pointer
+                sizes[sha] = pointer.size
+                self._infos.put(sha, _BlobInfo(pointer.size, pointer))
+        return sizes, pointers
 
     def readlink(self, ino: int) -> bytes:
         """Target of a symlink: the blob's content, or :data:`BROKEN_LINK_TARGET` when no
@@ -832,8 +845,7 @@ class CommitFS:
         if kind is NodeKind.FILE:
             if node.size < 0:
                 node.size = self._blob_info(node.sha, node.shown).size
-            perm = 0o555 if node.mode & 0o100 else 0o444
-            return Attrs(node.ino, kind, stat.S_IFREG | perm, node.size, 1, mtime)
+            return Attrs(node.ino, kind, _FILE_PERMS[node.mode], node.size, 1, mtime)
         if node.size < 0:
             target = self._link_size(node.sha, node.shown)
             node.size = len(BROKEN_LINK_TARGET) if target is None else target
@@ -961,12 +973,8 @@ class CommitFS:
                     files += kids[:DESCRIBE_WINDOW]
                     done.append((sib.ino, 0))
             shas = [c.sha for c in files if c.kind is NodeKind.FILE]
-            infos = self._batch_infos(shas, here.shown)
-            hashes = [
-                from_hex(i.pointer.xet_hash)
-                for i in infos.values()
-                if i.pointer is not None and i.pointer.size
-            ]
+            _, pointers = self._batch_infos(shas, here.shown)
+            hashes = [from_hex(p.xet_hash) for p in pointers.values() if p.size]
             if len(hashes) > 1:
                 describe(hashes)
             with self._lock:
@@ -1021,7 +1029,7 @@ class CommitFS:
                     stack.extend(subs)
                     continue
             total, count = 0, 1
-            known = self._batch_infos(
+            known, _ = self._batch_infos(
                 [e.sha for e in entries if e.mode not in (MODE_DIR, MODE_GITLINK)], shown
             )
             for e in entries:
@@ -1031,9 +1039,9 @@ class CommitFS:
                     count += sub_count
                     continue
                 count += 1
-                info = known.get(e.sha)
-                if info is not None and (e.mode != MODE_LINK or 0 < info.size < PATH_MAX):
-                    total += info.size
+                size = known.get(e.sha)
+                if size is not None and (e.mode != MODE_LINK or 0 < size < PATH_MAX):
+                    total += size
                     continue
                 where = _join(shown, e.name)
                 try:
