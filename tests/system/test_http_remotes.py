@@ -13,7 +13,6 @@ import logging
 import os
 import random
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +24,7 @@ import pytest
 from gitxet.server.auth import TokenStore
 from gitxet.server.run import BackgroundServer, ServerConfig
 from tests.helpers.fuse_env import fuse_unavailable_reason
-from tests.helpers.proc import git, run
+from tests.helpers.proc import git, run, use_interpreter
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,9 +34,8 @@ def srv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, 
     """(base URL with a write token in it, the token); git-xet on PATH, private cache/state."""
     root = tmp_path / "srv"
     token, _ = TokenStore(str(root)).create("write")
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    use_interpreter(monkeypatch, tmp_path)
     monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("GITXET_STATE_DIR", str(tmp_path / "state"))
     with BackgroundServer(ServerConfig(root=str(root), port=0)) as s:
         yield s.url.replace("http://", f"http://user:{token}@"), token
 

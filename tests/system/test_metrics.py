@@ -7,8 +7,6 @@ import json
 import mmap
 import os
 import random
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gitxet.server.auth import TokenStore
 from gitxet.server.run import BackgroundServer, ServerConfig
 from tests.helpers.fuse_env import force_unmount, require_fuse
+from tests.helpers.proc import run, use_interpreter
 from tests.helpers.server_env import free_port
 
 pytestmark = pytest.mark.timeout(300)
@@ -43,21 +42,13 @@ def total(samples: dict[str, float], name: str, **labels: str) -> float:
     )
 
 
-def run(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=240)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{args}: {r.returncode}\n{r.stdout}\n{r.stderr}")
-    return r
-
-
 @pytest.fixture
 def srv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
     """(base URL with a write token, the metrics address) of a server with --metrics."""
     root = tmp_path / "srv"
     token, _ = TokenStore(str(root)).create("write")
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    use_interpreter(monkeypatch, tmp_path)
     monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("GITXET_STATE_DIR", str(tmp_path / "state"))
     with BackgroundServer(ServerConfig(root=str(root), port=0, metrics="127.0.0.1:0")) as s:
         assert s.metrics_endpoint is not None
         addr = f"127.0.0.1:{s.metrics_endpoint.server_address[1]}"
