@@ -50,13 +50,10 @@ def _running() -> list[subprocess.Popen[Any]]:
 
 def _stop(proc: subprocess.Popen[Any]) -> None:
     """SIGTERM (a mount daemon then unmounts), and SIGKILL if it is still there 10 s on."""
+    from tests.helpers.server_env import stop_process
+
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc, 10)
 
 
 def _describe(proc: subprocess.Popen[Any]) -> str:

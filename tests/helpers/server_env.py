@@ -112,15 +112,16 @@ def wait_port(
     raise TimeoutError(f"nothing listens on port {port}")
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
-    """SIGTERM, wait, SIGKILL if needed; returns the exit status."""
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> int:
+    """SIGTERM (a mount daemon then unmounts, dockerd stops its containers), wait
+    ``timeout`` s, then SIGKILL and wait 10 s more; returns the exit status."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
+            proc.wait(10)
     return int(proc.returncode)
 
 

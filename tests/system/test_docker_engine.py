@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.fuse_env import fuse_unavailable_reason
+from tests.helpers.server_env import stop_process
 
 pytestmark = [pytest.mark.docker, pytest.mark.fuse, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -153,12 +154,7 @@ def engine() -> Iterator[Engine]:
             ids = eng.run("ps", "-aq", check=False, timeout=20).stdout.decode().split()
             if ids:
                 eng.run("rm", "-f", *ids, check=False, timeout=60)
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc, 30)
         # dockerd stops the containerd it started; make sure, by its recorded pid
         for pidfile in (root / "exec").glob("containerd/containerd.pid"):
             with contextlib.suppress(ValueError, OSError):
