@@ -406,11 +406,14 @@ def fetch_from_any(
     paths: dict[str, str] | None = None,
     *,
     warm: bool = False,
+    into_store: bool = False,
 ) -> TransferSummary:
     """Make ``file_hashes`` readable here: copy them into ``local`` from path remotes, or
     (with ``warm``) into the shared node cache from CAS servers, asking the remotes of
     ``order`` in turn for what the earlier ones did not have. Without ``warm`` a server
     that has a file is enough: readers stream its data from there when they need it.
+    With ``into_store`` a server's xorbs are copied into ``local`` as a path remote's are
+    (what a push to another remote has to send).
 
     Raises:
         DataUnavailableError: some file is on no remote (naming the remotes tried, and the
@@ -426,7 +429,7 @@ def fetch_from_any(
         before = len(search.tried)
         try:
             remote = remotes.open(name)
-            src = chunk_source_of(remote)
+            src = None if into_store else chunk_source_of(remote)
             if src is not None:  # descriptions in batches, not a request per file
                 known = describe_files(src, missing, keep=warm)  # (kept: fetch)
                 have = [h for h in missing if h in known]

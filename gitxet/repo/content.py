@@ -7,14 +7,20 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 from gitxet.data.reconstruct import ChunkSource, FileReader
 from gitxet.data.sources import LayeredSource, describe_files
 from gitxet.data.staging import recover as recover_staged
 from gitxet.data.transfer import TransferSummary, push_files
 from gitxet.dataset import Remotes, Search, chunk_source_of, fetch_from_any, source_with
-from gitxet.errors import FileNotFoundInCASError, GitxetError, IntegrityError, NotFoundError
+from gitxet.errors import (
+    FileNotFoundInCASError,
+    GitxetError,
+    IntegrityError,
+    NotFoundError,
+    XorbNotFoundError,
+)
 from gitxet.formats.pointer import Pointer
 from gitxet.hashing import from_hex
 from gitxet.remote.protocol import MAX_FILE_SHARDS_BATCH
@@ -194,22 +200,46 @@ class Content:
         self, remote: str, pointers: Iterable[Pointer], progress: Progress | None = None
     ) -> TransferSummary:
         """Upload the data behind ``pointers`` to ``remote``'s CAS (what dead filter
-        sessions journaled is stored first).
+        sessions journaled is stored first). Data this clone reads from another remote (a
+        clone of a server streams its files from there) is copied here first.
 
         Raises:
-            NotFoundError: a file's data is not in the local store (named by path when
-                known).
+            NotFoundError: a file's data is neither in the local store nor on another
+                remote (named by path when known).
         """
         hashes = [from_hex(p.xet_hash) for p in pointers if p.size]
         recover_staged(self.cas)
+        target = self.remotes.open(remote)
         try:
-            return push_files(self.cas, self.remotes.open(remote), hashes, progress=progress)
-        except FileNotFoundInCASError as exc:
-            path = self.names.get(exc.file_hex)
-            if path is None:
-                raise
-            raise NotFoundError(
-                f"{path}: its data is not in this repository's store (xet hash "
-                f"{exc.file_hex[:16]}...): it was committed as a pointer without being "
-                "added here; add the file's content again, or fetch it first"
-            ) from None
+            return push_files(self.cas, target, hashes, progress=progress)
+        except (FileNotFoundInCASError, XorbNotFoundError) as exc:
+            if not self._copy_from_others(remote, hashes):
+                self._raise_missing(exc)
+        try:
+            return push_files(self.cas, target, hashes, progress=progress)
+        except (FileNotFoundInCASError, XorbNotFoundError) as exc:
+            self._raise_missing(exc)
+
+    def _copy_from_others(self, remote: str, hashes: Sequence[bytes]) -> bool:
+        """Copy into the local store the files of ``hashes`` it lacks the data of, from the
+        remotes other than ``remote`` (servers included); whether any was copied."""
+        lacking = [h for h in dict.fromkeys(hashes) if not self.cas.has_file_data(h)]
+        target = self.remotes.url(remote)
+        others = [n for n in self.remotes.search_order() if self.remotes.url(n) != target]
+        if not lacking or not others:
+            return False
+        with contextlib.suppress(GitxetError):  # what no remote has fails in the push
+            fetch_from_any(self.cas, self.remotes, others, lacking, None, into_store=True)
+        return any(self.cas.has_file_data(h) for h in lacking)
+
+    def _raise_missing(self, exc: NotFoundError) -> NoReturn:
+        """A push's missing data as one error naming the file (when its path is known)."""
+        hx = getattr(exc, "file_hex", None)
+        path = self.names.get(hx) if isinstance(hx, str) else None
+        if path is None:
+            raise exc
+        raise NotFoundError(
+            f"{path}: its data is not in this repository's store (xet hash "
+            f"{hx[:16]}...) nor on another remote: it was committed as a pointer without "
+            "being added here; add the file's content again, or fetch it first"
+        ) from None

@@ -304,3 +304,33 @@ def test_clone_of_many_small_files_asks_for_descriptions_in_batches(
         assert [x for x in lines if x.startswith("GET /v1/file-shards/")] == []
         # the 400 files (under 1.2 MB) share one xorb: a ranged GET or two, not 400
         assert len([x for x in lines if x.startswith("GET /xorb-data/")]) <= 2, lines
+
+
+def test_push_to_a_new_path_remote_sends_data_only_the_server_had(
+    srv: tuple[str, str], tmp_path: Path
+) -> None:
+    """A clone of a server streams its files from there (its store holds no xorb): a push
+    to a path remote added later copies them here first, so the backup gets the data, not
+    pointers without it (the push used to fail: 'xorb ... not found')."""
+    base, _ = srv
+    url = f"{base}/data.git"
+    work = new_work(tmp_path, origin=url)
+    rnd = random.Random(21)
+    old, new = rnd.randbytes(400_000), rnd.randbytes(300_000)
+    commit(work, "old.bin", old)
+    git("push", "-q", "origin", "main", cwd=work)
+    clone = tmp_path / "clone"
+    xet("clone", url, str(clone), cwd=tmp_path)
+    assert (clone / "old.bin").read_bytes() == old
+    commit(clone, "new.bin", new)
+    backup = tmp_path / "backup.git"
+    git("init", "-q", "--bare", "-b", "main", str(backup), cwd=tmp_path)
+    git("remote", "add", "backup", str(backup), cwd=clone)
+    r = run("git", "push", "-q", "backup", "main", cwd=clone, check=False)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    # the backup alone serves both files (its clone knows no server)
+    copy = tmp_path / "copy"
+    xet("clone", str(backup), str(copy), cwd=tmp_path)
+    assert (copy / "old.bin").read_bytes() == old
+    assert (copy / "new.bin").read_bytes() == new
+    xet("fsck", "--all", cwd=backup)

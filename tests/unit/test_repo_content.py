@@ -95,7 +95,7 @@ def test_a_pointer_with_the_wrong_size_is_refused(pair: tuple[Content, Pointer, 
     assert out.getvalue() == b""
 
 
-def test_push_uploads_and_names_what_is_not_here(
+def test_push_uploads_copies_from_other_remotes_and_names_what_is_nowhere(
     pair: tuple[Content, Pointer, Path], tmp_path: Path, run_git_cmd: Git
 ) -> None:
     content, ptr, here = pair
@@ -107,9 +107,15 @@ def test_push_uploads_and_names_what_is_not_here(
     out = io.BytesIO()
     Content(store(backup), Remotes(str(backup))).write(local, out)
     assert out.getvalue() == b"local data " * 5000
-    content.names[ptr.xet_hash] = "data/only-on-origin.bin"  # not in this store
-    with pytest.raises(NotFoundError, match=r"data/only-on-origin\.bin"):
-        content.push("backup", [ptr])
+    # only on origin: copied here, then pushed (the backup gets data, not a dangling pointer)
+    assert content.push("backup", [ptr]).files == 1
+    out = io.BytesIO()
+    Content(store(backup), Remotes(str(backup))).write(ptr, out)
+    assert out.getvalue() == DATA
+    gone = Pointer(sha256=ptr.sha256, size=ptr.size, xet_hash="cd" * 32)  # on no remote
+    content.names[gone.xet_hash] = "data/nowhere.bin"
+    with pytest.raises(NotFoundError, match=r"data/nowhere\.bin"):
+        content.push("backup", [gone])
 
 
 def test_a_pointer_whose_sha256_disagrees_is_refused(pair: tuple[Content, Pointer, Path]) -> None:
