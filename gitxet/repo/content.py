@@ -236,7 +236,7 @@ class Content:
         """A push's missing data as one error naming the file (when its path is known)."""
         hx = getattr(exc, "file_hex", None)
         path = self.names.get(hx) if isinstance(hx, str) else None
-        if path is None:
+        if path is None or not isinstance(hx, str):
             raise exc
         raise NotFoundError(
             f"{path}: its data is not in this repository's store (xet hash "
