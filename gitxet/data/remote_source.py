@@ -68,6 +68,7 @@ from gitxet.store.nodecache import NodeCache, cache_total
 from gitxet.util.atomic import atomic_write
 from gitxet.util.flights import Flights
 from gitxet.util.lru import LRUCache
+from gitxet.util.memory import keep_freed_memory
 from gitxet.util.retry import RetryPolicy
 
 _T = TypeVar("_T")
@@ -163,6 +164,8 @@ class RemoteChunkSource:
         fallback: CASClient | None = None,
         has_locations: bool | None = None,
     ) -> None:
+        # every read returns new buffers of megabytes: reuse freed ones, not fresh pages
+        keep_freed_memory()
         #: where reads go now: the server (or the cache tier, until it fails)
         self.client = client
         self._tier = client if fallback is not None else None
