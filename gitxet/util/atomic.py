@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import secrets
+import stat
 import tempfile
 import time
-from collections.abc import Iterator
-from typing import BinaryIO
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, cast
 
 __all__ = [
     "STALE_TEMP_SECONDS",
@@ -157,7 +159,9 @@ def atomic_writer_at(
                 os.fchmod(f.fileno(), mode)
                 if durable:
                     os.fsync(f.fileno())
-            os.replace(tmp, name, src_dir_fd=src_fd, dst_dir_fd=dir_fd)
+                big = not durable and os.fstat(f.fileno()).st_size >= EXCHANGE_MIN_BYTES
+            if not (big and _exchange(src_fd, tmp, dir_fd, name)):
+                os.replace(tmp, name, src_dir_fd=src_fd, dst_dir_fd=dir_fd)
             if durable:
                 with contextlib.suppress(OSError):
                     os.fsync(dir_fd)
@@ -168,6 +172,60 @@ def atomic_writer_at(
     finally:
         if src_fd != dir_fd:
             os.close(src_fd)
+
+
+#: A non-durable file at least this big takes the old file's place by exchange, not rename
+#: (:func:`_exchange`).
+EXCHANGE_MIN_BYTES = 8 << 20
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+@functools.cache
+def _renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+    """libc's ``renameat2``, or None where it has none."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return cast("Callable[[int, bytes, int, bytes, int], int]", fn)
+
+
+def _exchange(src_fd: int, tmp: str, dir_fd: int, name: str) -> bool:
+    """Put ``tmp`` in place of the regular file ``name`` by ``renameat2(RENAME_EXCHANGE)``
+    and unlink the old file (now at ``tmp``); False (nothing changed) where that cannot be
+    done: ``name`` missing or not a regular file, no ``renameat2``, a filesystem without it.
+
+    A rename over an existing file makes ext4 (``auto_da_alloc``) allocate and start
+    writing back all of the new file's data inside the rename: ~0.3 s for 1 GiB on the
+    development VM, on the critical path of a checkout. An exchange does not; the name is
+    never missing either way, and the file is no less durable than after a rename of a
+    ``durable=False`` write (the kernel writes it back on its own schedule).
+    """
+    try:
+        if not stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+            return False
+    except OSError:
+        return False
+    fn = _renameat2()
+    if fn is None:
+        return False
+    if fn(src_fd, os.fsencode(tmp), dir_fd, os.fsencode(name), _RENAME_EXCHANGE) != 0:
+        return False  # EINVAL/ENOSYS (filesystem), ENOENT (gone meanwhile): rename instead
+    try:
+        swapped_in = os.stat(tmp, dir_fd=src_fd, follow_symlinks=False).st_mode
+    except OSError:
+        return True  # gone meanwhile: the new file is in place all the same
+    if not stat.S_ISREG(swapped_in):
+        # swapped for a directory meanwhile: put it back; the rename then fails as it would
+        fn(src_fd, os.fsencode(tmp), dir_fd, os.fsencode(name), _RENAME_EXCHANGE)
+        return False
+    with contextlib.suppress(OSError):
+        os.unlink(tmp, dir_fd=src_fd)  # else swept later, as a dead writer's temp file
+    return True
 
 
 def atomic_write(

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gitxet.util.atomic import atomic_create, atomic_write, atomic_writer
+from gitxet.util import atomic
+from gitxet.util.atomic import atomic_create, atomic_write, atomic_writer, atomic_writer_at
 
 
 def debris(directory: Path) -> list[str]:
@@ -23,6 +24,70 @@ def test_write_replaces_whole_and_sets_mode(tmp_path: Path, durable: bool) -> No
     atomic_write(str(path), b"two", durable=durable)
     assert path.read_bytes() == b"two" and path.stat().st_mode & 0o777 == 0o644
     assert debris(path.parent) == []
+
+
+def _no_replace(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    calls: list[object] = []
+    real = os.replace
+
+    def spy(*args: object, **kw: object) -> None:
+        calls.append(args)
+        real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", spy)
+    monkeypatch.setattr(atomic, "EXCHANGE_MIN_BYTES", 4)
+    return calls
+
+
+def test_a_big_non_durable_file_takes_the_old_ones_place_by_exchange(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (a rename over a file makes ext4 write the new data back inside the rename)
+    renames = _no_replace(monkeypatch)
+    (tmp_path / "t").mkdir()
+    (tmp_path / "f").write_bytes(b"pointer")
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with atomic_writer_at(fd, "f", durable=False, mode=0o640, tmp_dir=tmp_path / "t") as f:
+            f.write(b"the content")
+        assert renames == []  # exchanged, not renamed
+        assert (tmp_path / "f").read_bytes() == b"the content"
+        assert (tmp_path / "f").stat().st_mode & 0o777 == 0o640
+        assert os.listdir(tmp_path / "t") == [] and debris(tmp_path) == []
+        # a small file, a new name, a durable write: a plain rename
+        with atomic_writer_at(fd, "f", durable=False) as f:
+            f.write(b"abc")
+        with atomic_writer_at(fd, "new", durable=False) as f:
+            f.write(b"new content")
+        with atomic_writer_at(fd, "f", durable=True) as f:
+            f.write(b"durable content")
+        assert len(renames) == 3
+        assert (tmp_path / "new").read_bytes() == b"new content"
+        assert (tmp_path / "f").read_bytes() == b"durable content"
+    finally:
+        os.close(fd)
+
+
+def test_an_exchange_never_swaps_in_a_directory_or_follows_a_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_replace(monkeypatch)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "keep").write_bytes(b"k")
+    (tmp_path / "target").write_bytes(b"elsewhere")
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with pytest.raises(OSError), atomic_writer_at(fd, "d", durable=False) as f:
+            f.write(b"a file over a directory")
+        assert (tmp_path / "d" / "keep").read_bytes() == b"k" and debris(tmp_path) == []
+        with atomic_writer_at(fd, "link", durable=False) as f:
+            f.write(b"replaces the link")
+        assert not (tmp_path / "link").is_symlink()
+        assert (tmp_path / "link").read_bytes() == b"replaces the link"
+        assert (tmp_path / "target").read_bytes() == b"elsewhere" and debris(tmp_path) == []
+    finally:
+        os.close(fd)
 
 
 def test_keep_mode_keeps_an_existing_files_bits(tmp_path: Path) -> None:
