@@ -213,24 +213,25 @@ class Content:
         try:
             return push_files(self.cas, target, hashes, progress=progress)
         except (FileNotFoundInCASError, XorbNotFoundError) as exc:
-            if not self._copy_from_others(remote, hashes):
+            if not self.copy_from_others(remote, hashes):
                 self._raise_missing(exc)
         try:
             return push_files(self.cas, target, hashes, progress=progress)
         except (FileNotFoundInCASError, XorbNotFoundError) as exc:
             self._raise_missing(exc)
 
-    def _copy_from_others(self, remote: str, hashes: Sequence[bytes]) -> bool:
-        """Copy into the local store the files of ``hashes`` it lacks the data of, from the
-        remotes other than ``remote`` (servers included); whether any was copied."""
+    def copy_from_others(self, remote: str, hashes: Sequence[bytes]) -> set[bytes]:
+        """Copy into the local store the files of ``hashes`` whose data it lacks, from the
+        remotes other than ``remote`` (servers included: a push must send the xorbs);
+        returns the files whose data is here now and was not before."""
         lacking = [h for h in dict.fromkeys(hashes) if not self.cas.has_file_data(h)]
         target = self.remotes.url(remote)
         others = [n for n in self.remotes.search_order() if self.remotes.url(n) != target]
         if not lacking or not others:
-            return False
+            return set()
         with contextlib.suppress(GitxetError):  # what no remote has fails in the push
             fetch_from_any(self.cas, self.remotes, others, lacking, None, into_store=True)
-        return any(self.cas.has_file_data(h) for h in lacking)
+        return {h for h in lacking if self.cas.has_file_data(h)}
 
     def _raise_missing(self, exc: NotFoundError) -> NoReturn:
         """A push's missing data as one error naming the file (when its path is known)."""

@@ -61,15 +61,22 @@ class History:
     def repair_push(
         self, remote: str, revs: Sequence[str], progress: Progress | None = None
     ) -> tuple[TransferSummary, list[DataLocation]]:
-        """Upload every file of ``revs``' history whose data is here and not on ``remote``.
+        """Upload every file of ``revs``' history whose data is not on ``remote``: from here,
+        or copied here first from another remote that has it.
 
         Nothing is assumed from ``refs/remotes/*``: a ref pushed without its data (by a
         clone without the hook) is repaired. Returns what moved and the files whose data is
-        neither here nor on the remote (nothing can upload those).
+        on no remote and not here (nothing can upload those).
         """
         where = self.locate(history_pointers(self.cwd, revs), remote, ask_remote=True)
         missing = [d for d in where if not d.local and not d.remote]
         here = [d.pointer for d in where if d.local]
+        if missing:  # data this clone streams from another remote (a server clone's)
+            got = self.content.copy_from_others(
+                remote, [from_hex(d.pointer.xet_hash) for d in missing]
+            )
+            here += [d.pointer for d in missing if from_hex(d.pointer.xet_hash) in got]
+            missing = [d for d in missing if from_hex(d.pointer.xet_hash) not in got]
         return self.content.push(remote, here, progress=progress), missing
 
     def unpushed(self, remote: str | None = None) -> int | None:

@@ -334,3 +334,13 @@ def test_push_to_a_new_path_remote_sends_data_only_the_server_had(
     assert (copy / "old.bin").read_bytes() == old
     assert (copy / "new.bin").read_bytes() == new
     xet("fsck", "--all", cwd=backup)
+    # the repairing push too (it used to say 'data neither in the local store nor on ...')
+    fresh = tmp_path / "fresh"
+    xet("clone", url, str(fresh), cwd=tmp_path)
+    second = tmp_path / "second.git"
+    git("init", "-q", "--bare", "-b", "main", str(second), cwd=tmp_path)
+    git("remote", "add", "second", str(second), cwd=fresh)
+    r = xet("push", "--all", "second", cwd=fresh, check=False)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    out = xet("fsck", "--all", cwd=second).stdout
+    assert "1 in the local store, 0 only on the remote, 0 missing" in out, out
