@@ -29,6 +29,11 @@ the mount vs over a checkout, ``ls -l`` of one directory, and the daemon's peak 
     python bench/small_files.py --listing 200000 [--dir DIR]
     python bench/small_files.py --http [--files 20000] [--dir DIR]
     python bench/small_files.py --add-only [--files 5000] [--dir DIR] [--keep]
+    python bench/small_files.py --mount-only [--files 5000] [--dir DIR]
+
+``--mount-only`` times only the mount's cold 8-thread read against local disk (the
+exploratory run of the read path): the pushed remote is built once and kept under
+``DIR/mount-only-N``; the daemon's CPU time during the read is reported per file.
 
 ``--add-only`` times only ``git add`` + ``git commit`` of gitxet and git-lfs (the exploratory
 run of the add path; ``--keep`` leaves both repositories under ``DIR/runs`` for profiling).
@@ -293,6 +298,81 @@ def run_add(args: argparse.Namespace, work: Path) -> dict[str, object]:
         if not args.keep:
             shutil.rmtree(wt)
     return res
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_mount(args: argparse.Namespace, work: Path) -> dict[str, object]:
+    """Only the mount's cold read vs local disk; the remote is built once and kept."""
+    data = work / "data"
+    make_files(data, args.files, args.min_kib << 10, args.max_kib << 10)
+    rels = file_list(data)
+    total = sum((data / r).stat().st_size for r in rels)
+    env = sealed_env(work / "home")
+    base = work / f"mount-only-{len(rels)}"
+    remote = base / "remote.git"
+    if not (base / "complete").exists():
+        print(f"building {remote} (add, commit, push; kept for the next run) ...", flush=True)
+        shutil.rmtree(base, ignore_errors=True)
+        base.mkdir()
+        wt = base / "work"
+        sh(["git", "init", "-q", "--bare", str(remote)], base, env)
+        shutil.copytree(data, wt, ignore=shutil.ignore_patterns(".complete"))
+        sh(["git", "init", "-q", str(wt)], base, env)
+        sh(["git", "remote", "add", "origin", str(remote)], wt, env)
+        sh(["git-xet", "init"], wt, env)
+        sh(["git-xet", "track", "*.jpg"], wt, env)
+        sh(["git", "commit", "-q", "-m", "rules"], wt, env)
+        sh(["git", "add", "-A"], wt, env)
+        sh(["git", "commit", "-q", "-m", "images"], wt, env)
+        sh(["git", "push", "-q", "origin", "main"], wt, env)
+        shutil.rmtree(wt)
+        (base / "complete").write_text("")
+    res: dict[str, object] = {"files": len(rels), "bytes": total}
+    drop_caches()
+    res["local_read"], _, _ = read_all(data, rels)
+    mnt = base / "mnt"
+    mnt.mkdir(exist_ok=True)
+    drop_caches()
+    warm_tools(env)
+    res["mount_ready"] = sh(["git-xet", "mount", str(remote), "main", str(mnt)], base, env)
+    try:
+        res["mount_find"], _ = timed_find(mnt)
+        pid = mount_pid(mnt, env)
+        drop_caches()
+        cpu = cpu_seconds(pid)
+        s, n, e = read_all(mnt, rels)
+        res["daemon_cpu"] = cpu_seconds(pid) - cpu
+        res["mount_read"], res["mount_errors"], res["mount_all_bytes"] = s, e, n == total
+        res["mount_rss_mb"] = rss_mb(pid)
+    finally:
+        sh(["git-xet", "unmount", str(mnt)], base, env, check=False)
+    return res
+
+
+def report_mount(res: dict[str, object]) -> None:
+    f = {k: v for k, v in res.items() if isinstance(v, float)}
+    local, mread, files = f["local_read"], f["mount_read"], int(res["files"])  # type: ignore[call-overload]
+    errs, ratio = res["mount_errors"], f["local_read"] / f["mount_read"]
+    print(f"\n| {files} files | mount | local disk | ratio | goal |")
+    print("|---|---:|---:|---:|---|")
+    row("cold 8-thread read (s)", f"{mread:.2f}", f"{local:.2f}", f"{ratio:.2f}x speed",
+        f">= {GOAL_READ}x, {errs} errors, all bytes {res['mount_all_bytes']}: "
+        f"{verdict(ratio >= GOAL_READ and not errs and bool(res['mount_all_bytes']))}")  # fmt: skip
+    row(
+        "daemon CPU during the read (ms per file)",
+        f"{f['daemon_cpu'] * 1e3 / files:.3f}",
+        "",
+        "",
+        "",
+    )
+    row("mount ready / find (s)", f"{f['mount_ready']:.2f} / {f['mount_find']:.2f}", "", "", "")
+    row("mount daemon peak RSS (MB)", f"{f['mount_rss_mb']:.0f}", "", "", "")
 
 
 def report_add(res: dict[str, object]) -> None:
@@ -825,6 +905,9 @@ def main() -> int:
         "--add-only", action="store_true", help="time only add + commit (gitxet and git-lfs)"
     )
     ap.add_argument(
+        "--mount-only", action="store_true", help="time only the mount's cold read vs local disk"
+    )
+    ap.add_argument(
         "--http",
         action="store_true",
         help="push to and clone from a `git xet serve` on loopback, mount a lazy clone",
@@ -848,6 +931,9 @@ def main() -> int:
     elif args.http:
         res = run_http(args, work)
         report_http(res)
+    elif args.mount_only:
+        res = run_mount(args, work)
+        report_mount(res)
     elif args.add_only:
         res = run_add(args, work)
         report_add(res)

@@ -28,6 +28,7 @@ import functools
 import inspect
 import logging
 import os
+import select
 import signal
 import threading
 from collections.abc import Callable, Iterable
@@ -56,6 +57,7 @@ META_THREADS = 8  # concurrent lookups / listings / readlinks, kept apart from r
 BLOCK_SIZE = 128 * 1024  # st_blksize: the I/O size we hint to readers
 READ_AHEAD_KB = 1024  # measured ~20% faster sequential reads than the 128 KiB default
 LISTING_ENTRIES = 1 << 18  # directory entries kept listed (all directories together)
+FAST_STREAK = 16  # requests taken in a row without a pass through trio's scheduler
 SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get after SIGTERM before they are abandoned
 FILL_MAX = 1 << 20  # files up to this size are stored whole into the page cache at open
 FILLED_INODES = 1 << 16  # inodes remembered as stored (a later open does not store again)
@@ -529,6 +531,71 @@ def tune_readahead(mountpoint: str, kb: int = READ_AHEAD_KB) -> bool:
 _serving = threading.Lock()  # libfuse state in pyfuse3 is per process: one mount at a time
 
 
+def _fuse_fd(takeover: Takeover | None) -> int | None:
+    """The descriptor of this process's FUSE connection (after ``pyfuse3.init``), or None
+    when it cannot be told apart."""
+    if takeover is not None:
+        return takeover.session_fd
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == "/dev/fuse":
+                found.append(int(name))
+        except OSError:
+            continue
+    return found[0] if len(found) == 1 else None
+
+
+class _FastReads:
+    """Take FUSE requests that are already waiting without a pass through trio's scheduler.
+
+    pyfuse3's request loop waits for every request with a trio lock and
+    ``trio.lowlevel.wait_readable`` (two ``epoll_ctl``, an ``epoll_wait`` and a scheduler
+    pass each), which costs about as much as answering a lookup from memory. While requests
+    queue up (many readers), this waits only when ``poll`` says none is there, and at least
+    every :data:`FAST_STREAK` requests, so tasks woken by worker threads still run. Installed
+    in place of pyfuse3's private ``_wait_fuse_readable`` (same contract: True when the
+    descriptor is readable, False when the loop should end); pyfuse3 calls
+    ``fuse_session_receive_buf`` right after it returns, with no await in between, so no
+    other task can take the request that ``poll`` saw.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.closing = False
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN)
+        self._lock: trio.Lock | None = None
+        self._streak = 0
+
+    async def wait(self) -> bool:
+        if self._streak < FAST_STREAK and self._poll.poll(0):
+            self._streak += 1
+            return True
+        self._streak = 0
+        if self._lock is None:
+            self._lock = trio.Lock()
+        try:
+            async with self._lock:  # one waiter on the descriptor (trio allows no second)
+                while not self.closing:
+                    await trio.lowlevel.wait_readable(self.fd)
+                    if self._poll.poll(0):  # (a fast taker may have emptied it meanwhile)
+                        return True
+        except trio.ClosedResourceError:
+            pass
+        return False
+
+    def install(self) -> Callable[[], None]:
+        """Put :meth:`wait` in pyfuse3's place; returns the undo."""
+        previous = pyfuse3._wait_fuse_readable  # type: ignore[attr-defined]
+        pyfuse3._wait_fuse_readable = self.wait  # type: ignore[attr-defined]
+
+        def undo() -> None:
+            pyfuse3._wait_fuse_readable = previous  # type: ignore[attr-defined]
+
+        return undo
+
+
 class _Loop:
     """The trio side of :func:`serve`: FUSE main loop, signals, readiness, shutdown."""
 
@@ -543,6 +610,7 @@ class _Loop:
         self.early_signals: list[int] = []  # arrived while trio was not listening
         self._stopping = False
         self.follower: Follower | None = None  # started once the mount serves
+        self.fast: _FastReads | None = None  # takes waiting requests without trio's scheduler
 
     def note_signal(self, signum: int, frame: object) -> None:
         """Signal handler for the moments around the trio loop: remember, do not die."""
@@ -553,6 +621,8 @@ class _Loop:
         if self._stopping:
             return
         self._stopping = True
+        if self.fast is not None:
+            self.fast.closing = True
         pyfuse3.terminate()
         nursery.start_soon(self._deadline, nursery)
 
@@ -682,9 +752,14 @@ def serve(
             ops.read_around.start()
         if read_around and (takeover is None or not takeover.resend):
             ops.page_store = _notify_store  # (a successor serves handles it did not open)
+        fd = _fuse_fd(takeover) if hasattr(pyfuse3, "_wait_fuse_readable") else None
+        loop.fast = _FastReads(fd) if fd is not None else None
+        undo = loop.fast.install() if loop.fast is not None else None
         try:
             trio.run(loop.run)
         finally:
+            if undo is not None:
+                undo()
             ops.page_store = None  # no store may reach a closed session either
             if follower is not None:
                 follower.stop()  # no invalidation may reach a closed session

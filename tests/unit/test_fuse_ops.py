@@ -16,7 +16,12 @@ pyfuse3 = pytest.importorskip("pyfuse3", reason="pyfuse3 is not installed (extra
 trio = pytest.importorskip("trio", reason="trio is not installed (extra 'mount')")
 
 from gitxet.errors import MountError  # noqa: E402
-from gitxet.mount.fuse import CACHE_TIMEOUT, XetFuseOperations  # noqa: E402
+from gitxet.mount.fuse import (  # noqa: E402
+    CACHE_TIMEOUT,
+    FAST_STREAK,
+    XetFuseOperations,
+    _FastReads,
+)
 from gitxet.mount.runner import mount_options  # noqa: E402
 from gitxet.vfs.nodes import Attrs, FSStats  # noqa: E402
 from tests.helpers.memfs import MemoryFS  # noqa: E402
@@ -502,3 +507,82 @@ def test_mount_options_sanitize_and_refuse() -> None:
     for bad in ("a,b", "", "caf\u00e9"):
         with pytest.raises(MountError):
             mount_options(options=[bad])
+
+
+# ---- taking waiting requests without trio's scheduler (_FastReads) ----------------------------
+
+
+def _pipe_test(body: Callable[[_FastReads, int], Any]) -> None:
+    r, w = os.pipe()
+    try:
+        trio.run(body, _FastReads(r), w)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_fast_reads_take_waiting_requests_without_a_checkpoint() -> None:
+    import trio.testing
+
+    async def body(fast: _FastReads, w: int) -> None:
+        os.write(w, b"x")  # a request is waiting: pyfuse3 would read it right after
+        with trio.testing.assert_no_checkpoints():
+            for _ in range(FAST_STREAK):
+                assert await fast.wait()
+        with trio.testing.assert_checkpoints():  # then one pass, so other tasks run
+            assert await fast.wait()
+        with trio.testing.assert_no_checkpoints():
+            assert await fast.wait()
+
+    _pipe_test(body)
+
+
+def test_fast_reads_wait_when_no_request_is_there() -> None:
+    import trio.testing
+
+    async def body(fast: _FastReads, w: int) -> None:
+        async def arrive() -> None:
+            await trio.testing.wait_all_tasks_blocked()
+            os.write(w, b"x")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(arrive)
+            assert await fast.wait()
+
+    _pipe_test(body)
+
+
+def test_fast_reads_end_the_loop_when_closing() -> None:
+    import trio.testing
+
+    async def body(fast: _FastReads, w: int) -> None:
+        r = fast.fd
+        results: list[bool] = []
+
+        async def waiter() -> None:
+            results.append(await fast.wait())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            nursery.start_soon(waiter)  # queued behind the first on the lock
+            await trio.testing.wait_all_tasks_blocked()
+            fast.closing = True  # as _Loop.stop does, then pyfuse3.terminate()
+            trio.lowlevel.notify_closing(r)
+        assert results == [False, False]
+
+    _pipe_test(body)
+
+
+def test_fast_reads_install_replaces_pyfuse3s_wait_and_undo_restores_it() -> None:
+    r, w = os.pipe()
+    before = pyfuse3._wait_fuse_readable
+    try:
+        fast = _FastReads(r)
+        undo = fast.install()
+        assert pyfuse3._wait_fuse_readable == fast.wait
+        undo()
+        assert pyfuse3._wait_fuse_readable is before
+    finally:
+        pyfuse3._wait_fuse_readable = before
+        os.close(r)
+        os.close(w)
