@@ -25,6 +25,7 @@ from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
 from gitxet.git import process
 from gitxet.git.checkattr import AttrQuery
 from gitxet.git.filter_protocol import NO_META, SmudgeMeta
+from gitxet.git.readahead import CleanReadahead
 from gitxet.git.xetconfig import THRESHOLD_KEY, Setting, is_never_pointer, read_setting
 from gitxet.hashing import from_hex, to_hex
 from gitxet.repo.content import Content
@@ -69,6 +70,7 @@ class FilterHandler:
         self._attrs: AttrQuery | None = None
         self._delay_ok: bool | None = None
         self._staged: StagedIngest | None = None
+        self._readahead: CleanReadahead | None = None
         self._recovered = False  # dead sessions' journals stored by this process
         self._dedup: RemoteDedup | bool | None = None  # False: no CAS server to dedup with
 
@@ -111,6 +113,8 @@ class FilterHandler:
         check-attr`` per file was ~10% of a small-file ``git add``)."""
         if command != "clean" or self.worktree is None or not pathname:
             return
+        if self._readahead is not None:
+            self._readahead.saw(pathname)
         if is_never_pointer(pathname) or self.threshold <= 0:
             return  # no attribute question will be asked
         self._attr_query().prefetch(pathname)
@@ -194,15 +198,23 @@ class FilterHandler:
     @contextlib.contextmanager
     def staging(self) -> Iterator[StagedIngest]:
         """Batch the cleans done inside: small files share xorbs and the store is written
-        per batch, each staged file's bytes journaled first (see ``data.staging``). What a
+        per batch, each staged file's bytes journaled first (see ``data.staging``), and the
+        work-tree files git will clean next are read ahead (``git.readahead``). What a
         dead earlier session left is stored first."""
         self.recover_staged()
-        with StagedIngest(self.cas) as staged:
-            self._staged = staged
-            try:
-                yield staged
-            finally:
-                self._staged = None
+        if self.worktree is not None:
+            self._readahead = CleanReadahead(self.worktree)
+        try:
+            with StagedIngest(self.cas) as staged:
+                self._staged = staged
+                try:
+                    yield staged
+                finally:
+                    self._staged = None
+        finally:
+            ra, self._readahead = self._readahead, None
+            if ra is not None:
+                ra.close()
 
     def recover_staged(self) -> int:
         """Store the data journaled by filter sessions that died; returns a file count."""
