@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Annotated, Literal
@@ -211,15 +210,9 @@ def _git(
     git's failures (128 for "fatal") exit 1, as documented; a git killed by a signal
     exits 128 + the signal, like a shell would say.
     """
-    full_env = dict(os.environ)
-    if env:
-        full_env.update(env)
-    out = sys.stderr if stdout_to_stderr else None  # keeps stdout for our JSON
-    r = subprocess.run(["git", *args], cwd=cwd, env=full_env, check=False, stdout=out)
-    if r.returncode < 0:
-        raise typer.Exit(128 - r.returncode)
-    if r.returncode != 0:
-        raise typer.Exit(1)
+    code = hot.run_git(args, cwd, env, stdout_to_stderr=stdout_to_stderr)
+    if code:
+        raise typer.Exit(code)
 
 
 def add_cmd(
@@ -403,80 +396,11 @@ def clone_cmd(
     ] = None,
 ) -> None:
     """Clone a repository and materialize its large files (or leave pointers with --lazy)."""
-    if not _looks_remote(src) and not os.path.exists(src):
-        from gitxet.errors import NotFoundError
+    from gitxet.cli.clone import run
 
-        raise NotFoundError(f"no repository at {src}")
-    if cas_url is not None:
-        from gitxet.settings import CAS_URL_ENV, check_cas_url
-
-        # this process and the filters git runs for the clone read through the tier
-        os.environ[CAS_URL_ENV] = check_cas_url(cas_url)
-    program = _program()
-    args = [
-        "clone",
-        "--config", f"filter.xet.process={program} filter-process",
-        "--config", "filter.xet.required=true",
-        "--config", f"filter.xet.clean={program} clean -- %f",
-        "--config", f"filter.xet.smudge={program} smudge -- %f",
-    ]  # fmt: skip
-    if lazy:
-        args += ["--config", "xet.lazy=true"]
-    else:
-        # fetch every file's data in one parallel batch, then check out from the local store
-        args.append("--no-checkout")
-    if branch:
-        args += ["--branch", branch]
-    args += ["--", src]
-    if directory:
-        args.append(directory)
-    _git(args)
-    target = directory or _clone_dir_name(src)
-    from gitxet.git import hooks
-
-    hooks.install_hooks(target, names=("pre-push",), program=program, on_conflict="chain")
-    if lazy:
-        return
-    from gitxet.errors import GitError
-    from gitxet.git import process
-
-    try:
-        process.rev_parse(target, "HEAD")
-    except GitError:
-        return  # an empty repository: nothing to check out
-    # git writes pointers only (fast, tiny): with the filter switched off for this one
-    # checkout it writes each blob as it is, which is what a lazy smudge would give, without
-    # a round trip per file; the data is then written straight from the local store in
-    # parallel, without streaming every byte through git's filter pipe
-    no_filter = ["-c", "filter.xet.process=", "-c", "filter.xet.smudge=", "-c"]
-    _git([*no_filter, "filter.xet.required=false", "checkout", "-q", "-f", "HEAD"], cwd=target)
-    repo = _open_repo(target)
-    files = repo.pointer_files(None)  # what git's index names: git checked those paths
-    total = sum(f.pointer.size for f in files)
-    from gitxet.errors import GitxetError as _Err
-
-    try:
-        with byte_progress("fetching", total or None) as advance:
-            repo.ensure_local([f.pointer for f in files], progress=advance)
-    except _Err:
-        pass  # materialize below names each file whose data cannot be had
-    with byte_progress("checking out", total or None) as advance:
-        repo.materialize(files, progress=advance)
-
-
-def _looks_remote(src: str) -> bool:
-    """A URL (``scheme://``) or git's scp-like ``host:path`` rather than a local path."""
-    if "://" in src:
-        return True
-    head, colon, _ = src.partition(":")
-    return bool(colon) and "/" not in head and len(head) > 1
-
-
-def _clone_dir_name(src: str) -> str:
-    name = src.rstrip("/").rsplit("/", 1)[-1]
-    if name.endswith(".git"):
-        name = name[:-4]
-    return name or "repo"
+    code = run(src, directory, lazy=lazy, branch=branch, cas_url=cas_url)
+    if code:
+        raise typer.Exit(code)
 
 
 def _repo_paths(repo, paths: list[str] | None) -> list[str]:  # type: ignore[no-untyped-def]

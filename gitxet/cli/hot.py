@@ -27,6 +27,28 @@ def program() -> str:
     return "git-xet" if shutil.which("git-xet") else f"{sys.executable} -m gitxet"
 
 
+def run_git(
+    args: list[str],
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    *,
+    stdout_to_stderr: bool = False,
+) -> int:
+    """Run a git command the user asked for through us (git prints its own messages);
+    returns the exit status to give: git's failures (128 for "fatal") are 1, as
+    documented; a git killed by a signal is 128 + the signal, like a shell would say."""
+    import subprocess
+
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    out = sys.stderr if stdout_to_stderr else None  # keeps stdout for our JSON
+    r = subprocess.run(["git", *args], cwd=cwd, env=full_env, check=False, stdout=out)
+    if r.returncode < 0:
+        return 128 - r.returncode
+    return 1 if r.returncode else 0
+
+
 def ensure_hooks(repo: Any) -> None:
     """Give a repository the filter runs in gitxet's pre-push hook if it lacks one.
 

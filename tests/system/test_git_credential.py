@@ -5,6 +5,7 @@ with one line naming `git xet login`. The keyring is a file backend the test set
 
 from __future__ import annotations
 
+import base64
 import os
 import random
 import subprocess
@@ -158,3 +159,39 @@ def test_helper_says_nothing_for_other_hosts(srv: tuple[str, str], tmp_path: Pat
     run("git-xet", "uninstall", cwd=tmp_path)
     helpers = run("git", "config", "--global", "--get-all", "credential.helper", cwd=tmp_path)
     assert helpers.stdout.splitlines() == ["cache"]
+
+
+def test_git_xet_clone_authenticates_git_without_a_credential_round_trip(
+    srv: tuple[str, str], tmp_path: Path
+) -> None:
+    """`git xet clone` with GITXET_TOKEN: git gets the token as a header for that URL, from
+    the environment of its own process (no 401, no credential helper started)."""
+    url, token = srv
+    env = {"GITXET_TOKEN": token}
+    work, big = _make_work(tmp_path, url)
+    run("git", "push", "-q", "origin", "main", cwd=work, env=env)
+    # git with no credential helper at all (an empty value clears the list), and no prompt:
+    # only the header can authenticate it
+    no_helper = {
+        **env,
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "credential.helper",
+        "GIT_CONFIG_VALUE_0": "",
+    }
+    plain = run("git", "clone", "-q", url, str(tmp_path / "plain"), cwd=tmp_path, env=no_helper,
+                check=False)  # fmt: skip
+    assert plain.returncode != 0  # the control: without the header, git cannot
+    clone = tmp_path / "clone"
+    cloned = run("git-xet", "clone", url, str(clone), cwd=tmp_path, env=no_helper)
+    assert (clone / "big.bin").read_bytes() == big
+    assert run("git", "status", "--porcelain", cwd=clone).stdout == ""
+    basic = base64.b64encode(f"gitxet:{token}".encode()).decode()
+    config = (clone / ".git" / "config").read_text()
+    assert basic not in config and basic not in cloned.stderr
+    assert_token_nowhere(
+        token,
+        paths=[clone / ".git" / "config", tmp_path / "state"],
+        texts=[cloned.stdout, cloned.stderr],
+        env={**os.environ, **env},
+        cwd=clone,
+    )

@@ -1,0 +1,237 @@
+"""``git xet clone``: git clones the metadata, then the data is written, with the fixed
+costs of an HTTP clone out of the way of the data.
+
+* **No credential round trip.** For a gitxet server and a token from ``GITXET_TOKEN`` (or a
+  token file), git gets the token as an ``Authorization`` header for that one URL, passed
+  through git's ``GIT_CONFIG_*`` environment of the ``git clone`` process only (never its
+  arguments, never a config file). git otherwise asks anonymously, is answered 401, and
+  starts the credential helper (a second interpreter) to learn the same token.
+* **The data side is ready when git is done.** While ``git clone`` runs, a thread
+  discovers the server's CAS, opens the node cache and imports the reading code.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+from typing import Any
+
+from gitxet.cli import hot
+
+
+def _same_url(a: str, b: str) -> bool:
+    return a.rstrip("/") == b.rstrip("/")
+
+
+def auth_env(url: str, token: str, environ: dict[str, str]) -> dict[str, str]:
+    """git's ``GIT_CONFIG_*`` variables that send ``token`` (HTTP basic, as git's
+    credential helper would) with every request to ``url``, with redirects refused (the
+    header must never follow one to another host); the variables already in ``environ``
+    are kept. Empty when ``environ`` holds a malformed ``GIT_CONFIG_COUNT``."""
+    from gitxet.settings import TOKEN_USERNAME
+
+    try:
+        n = int(environ.get("GIT_CONFIG_COUNT") or "0")
+    except ValueError:
+        return {}
+    if n < 0:
+        return {}
+    basic = base64.b64encode(f"{TOKEN_USERNAME}:{token}".encode()).decode("ascii")
+    pairs = [
+        (f"http.{url}.extraHeader", f"Authorization: Basic {basic}"),
+        (f"http.{url}.followRedirects", "false"),
+    ]
+    out = {"GIT_CONFIG_COUNT": str(n + len(pairs))}
+    for i, (key, value) in enumerate(pairs, start=n):
+        out[f"GIT_CONFIG_KEY_{i}"] = key
+        out[f"GIT_CONFIG_VALUE_{i}"] = value
+    return out
+
+
+_CHECKOUT_MODULES = ("gitxet.data.reconstruct", "gitxet.repo.materialize", "gitxet.repo.content")
+
+
+class _Prepared:
+    """The CAS remote of ``url``, built on a thread while git clones (discovery, the node
+    cache, the imports of the reading code); :meth:`take` hands it over once."""
+
+    def __init__(self, url: str, factory: Any) -> None:
+        self.url = url
+        self._factory = factory
+        self._remote: Any = None
+        self._taken = False
+        self._thread = threading.Thread(target=self._build, name="gitxet-clone-prep", daemon=True)
+        self._thread.start()
+
+    def _build(self) -> None:
+        try:
+            self._remote = self._factory(self.url)
+            import importlib
+
+            for name in _CHECKOUT_MODULES:  # what the checkout imports next, while git works
+                importlib.import_module(name)
+        except Exception:  # built again where it is used, and failing there
+            self._remote = None
+
+    def take(self, url: str) -> Any:
+        """The remote built for ``url`` (once), else None."""
+        if self._taken or not _same_url(url, self.url):
+            return None
+        self._thread.join()
+        self._taken = True
+        return self._remote
+
+    def close(self) -> None:
+        """Close the remote if nobody took it."""
+        if self._taken:
+            return
+        self._taken = True
+        self._thread.join()
+        close = getattr(self._remote, "close", None)
+        if close is not None:
+            close()
+
+
+def _fast_auth(src: str, settings: Any) -> tuple[dict[str, str], bool]:
+    """(extra environment for ``git clone``, whether ``src`` is a gitxet server)."""
+    if not src.startswith(("http://", "https://")):
+        return {}, False
+    from gitxet.settings import url_token
+
+    if url_token(src) is not None:
+        return {}, False  # git has the credentials already, and so does the CAS side
+    from gitxet.remote.client import is_gitxet_server
+
+    if not is_gitxet_server(src):
+        return {}, False
+    if settings.token is None and settings.token_file is None and settings.env_token is None:
+        return {}, True  # a keyring token: git's credential helper finds it
+    return auth_env(src, settings.token_for(src), dict(os.environ)), True
+
+
+def run(
+    src: str,
+    directory: str | None = None,
+    *,
+    lazy: bool = False,
+    branch: str | None = None,
+    cas_url: str | None = None,
+) -> int:
+    """Clone ``src`` and materialize its large files (leave pointers with ``lazy``);
+    returns the exit status (git's own failures: 1, or 128 + a signal).
+
+    Raises:
+        NotFoundError: ``src`` is neither a URL nor an existing path.
+    """
+    from gitxet.errors import NotFoundError
+
+    if not looks_remote(src) and not os.path.exists(src):
+        raise NotFoundError(f"no repository at {src}")
+    if cas_url is not None:
+        from gitxet.settings import CAS_URL_ENV, check_cas_url
+
+        # this process and the filters git runs for the clone read through the tier
+        os.environ[CAS_URL_ENV] = check_cas_url(cas_url)
+    from gitxet.dataset import HttpAccess
+    from gitxet.settings import Settings
+
+    settings = Settings.load()
+    access = HttpAccess.from_settings(settings)
+    env, gitxet_server = _fast_auth(src, settings)
+    prepared = _Prepared(src, access.remote_factory) if gitxet_server and not lazy else None
+    try:
+        return _clone(src, directory, lazy, branch, env, access, prepared)
+    finally:
+        if prepared is not None:
+            prepared.close()
+
+
+def _clone(
+    src: str,
+    directory: str | None,
+    lazy: bool,
+    branch: str | None,
+    env: dict[str, str],
+    access: Any,
+    prepared: _Prepared | None,
+) -> int:
+    program = hot.program()
+    args = [
+        "clone",
+        "--config", f"filter.xet.process={program} filter-process",
+        "--config", "filter.xet.required=true",
+        "--config", f"filter.xet.clean={program} clean -- %f",
+        "--config", f"filter.xet.smudge={program} smudge -- %f",
+    ]  # fmt: skip
+    if lazy:
+        args += ["--config", "xet.lazy=true"]
+    else:
+        # fetch every file's data in one parallel batch, then check out from the local store
+        args.append("--no-checkout")
+    if branch:
+        args += ["--branch", branch]
+    args += ["--", src]
+    if directory:
+        args.append(directory)
+    code = hot.run_git(args, env=env)
+    if code:
+        return code
+    target = directory or clone_dir_name(src)
+    from gitxet.git import hooks
+
+    hooks.install_hooks(target, names=("pre-push",), program=program, on_conflict="chain")
+    if lazy:
+        return 0
+    from gitxet.errors import GitError
+    from gitxet.git import process
+
+    try:
+        process.rev_parse(target, "HEAD")
+    except GitError:
+        return 0  # an empty repository: nothing to check out
+    # git writes pointers only (fast, tiny): with the filter switched off for this one
+    # checkout it writes each blob as it is, which is what a lazy smudge would give, without
+    # a round trip per file; the data is then written straight from the local store in
+    # parallel, without streaming every byte through git's filter pipe
+    no_filter = ["-c", "filter.xet.process=", "-c", "filter.xet.smudge=", "-c"]
+    checkout = [*no_filter, "filter.xet.required=false", "checkout", "-q", "-f", "HEAD"]
+    code = hot.run_git(checkout, target)
+    if code:
+        return code
+    base = access.remote_factory
+
+    def factory(url: str) -> Any:
+        found = prepared.take(url) if prepared is not None else None
+        return found if found is not None else base(url)
+
+    repo = hot.open_repo(target, remote_factory=factory)
+    files = repo.pointer_files(None)  # what git's index names: git checked those paths
+    total = sum(f.pointer.size for f in files)
+    from gitxet.cli._progress import byte_progress
+    from gitxet.errors import GitxetError
+
+    try:
+        with byte_progress("fetching", total or None) as advance:
+            repo.ensure_local([f.pointer for f in files], progress=advance)
+    except GitxetError:
+        pass  # materialize below names each file whose data cannot be had
+    with byte_progress("checking out", total or None) as advance:
+        repo.materialize(files, progress=advance)
+    return 0
+
+
+def looks_remote(src: str) -> bool:
+    """A URL (``scheme://``) or git's scp-like ``host:path`` rather than a local path."""
+    if "://" in src:
+        return True
+    head, colon, _ = src.partition(":")
+    return bool(colon) and "/" not in head and len(head) > 1
+
+
+def clone_dir_name(src: str) -> str:
+    """The directory git clones ``src`` into when none is given."""
+    name = src.rstrip("/").rsplit("/", 1)[-1]
+    if name.endswith(".git"):
+        name = name[:-4]
+    return name or "repo"
