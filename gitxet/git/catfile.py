@@ -142,6 +142,38 @@ def _read_content(stdout: IO[bytes], size: int, max_size: int) -> bytes | None:
     return data[:-1]
 
 
+class _Answers:
+    """The unread answers of one ``--batch-command`` exchange: ``buf[pos:]``, filled from
+    the pipe in big blocks (``read1``)."""
+
+    __slots__ = ("_proc", "_reader", "buf", "pos")
+
+    def __init__(self, proc: _BatchProcess) -> None:
+        self._proc = proc
+        self._reader = cast(io.BufferedReader, proc.stdout)  # a pipe, default buffering
+        self.buf = b""
+        self.pos = 0
+
+    def more(self, need: int) -> None:
+        """Make ``buf[pos:]`` hold at least ``need`` bytes (``need`` < 0: one more block, a
+        header's newline is not there yet)."""
+        rest = self.buf[self.pos :]
+        pieces = [rest]
+        have = len(rest)
+        while True:
+            try:
+                block = self._reader.read1(max(need - have, 1 << 16))
+            except ValueError:
+                raise self._proc.died() from None
+            if not block:
+                raise self._proc.died()
+            pieces.append(block)
+            have += len(block)
+            if need < 0 or have >= need:
+                break
+        self.buf, self.pos = b"".join(pieces), 0
+
+
 class _BatchProcess(PipedGit):
     """One long-lived ``git cat-file --batch[-check]``."""
 
@@ -167,22 +199,23 @@ class _BatchProcess(PipedGit):
             raise GitError(f"unexpected cat-file output {header[:200]!r}")
         return ObjectInfo(fields[0].decode("ascii"), fields[1].decode("ascii"), int(fields[2]))
 
-    def exchange(
-        self, command: str, names: Sequence[str]
-    ) -> Iterator[tuple[str | None, int, bytes | None]]:
+    def _exchange(
+        self, command: str, names: Sequence[str], answer: Callable[[_Answers, int, int], None]
+    ) -> None:
         """``--batch-command`` with the format ``%(objecttype) %(objectsize)``: ``command``
         (``info`` or ``contents``) for each name, a window at a time, each window ended by
         ``flush``, the next window sent before the answers to the last are read (so git
-        works while we parse). Yields ``(type, size, content)``; ``(None, 0, None)`` when
-        missing."""
-        with_content = command == "contents"
-        prefix = command.encode("ascii") + b" "
-        windows = [names[i : i + _WINDOW] for i in range(0, len(names), _WINDOW)]
+        works while we parse). ``answer(answers, start, stop)`` parses the answers to
+        ``names[start:stop]``."""
+        prefix = command + " "
+        joint = "\n" + prefix
+        bounds = [(i, min(i + _WINDOW, len(names))) for i in range(0, len(names), _WINDOW)]
 
-        def send(part: Sequence[str]) -> None:
+        def send(start: int, stop: int) -> None:
+            # one encode per window, no bytes object per name
+            text = prefix + joint.join(names[start:stop]) + "\nflush\n"
             try:
-                self.stdin.write(b"".join(prefix + n.encode("ascii") + b"\n" for n in part))
-                self.stdin.write(b"flush\n")
+                self.stdin.write(text.encode("ascii"))
                 self.stdin.flush()
             except (BrokenPipeError, ValueError):
                 raise self.died() from None
@@ -191,68 +224,96 @@ class _BatchProcess(PipedGit):
         # never block on a full pipe while git waits for us to read. Answers are parsed
         # out of big blocks (``read1``), not read one header and one object at a time:
         # a listing asks this about every file of every directory.
-        buf = b""
-        pos = 0
+        answers = _Answers(self)
+        if bounds:
+            send(*bounds[0])
+        for w, (start, stop) in enumerate(bounds):
+            if w + 1 < len(bounds):
+                send(*bounds[w + 1])
+            answer(answers, start, stop)
+        if answers.pos != len(answers.buf):
+            raise GitError("cat-file answered more than it was asked")
+
+    def sizes(self, names: Sequence[str], kind: str) -> list[int]:
+        """``info`` of every name: its size, or -1 when it is missing or not a ``kind``."""
+        out: list[int] = []
+        tag = kind.encode("ascii") + b" "
+        joint = b"\n" + tag
         kinds: dict[bytes, str] = {}
-        reader = cast(io.BufferedReader, self.stdout)  # a pipe with default buffering
 
-        def more(need: int) -> None:
-            """Make ``buf[pos:]`` hold at least ``need`` bytes (``need`` < 0: one more
-            block, a header's newline is not there yet)."""
-            nonlocal buf, pos
-            rest = buf[pos:]
-            pieces = [rest]
-            have = len(rest)
-            while True:
-                try:
-                    block = reader.read1(max(need - have, 1 << 16))
-                except ValueError:
-                    raise self.died() from None
-                if not block:
+        def answer(answers: _Answers, start: int, stop: int) -> None:
+            n = stop - start
+            while answers.buf.count(b"\n", answers.pos) < n:  # every answer is one line
+                if len(answers.buf) - answers.pos > n * 128:
                     raise self.died()
-                pieces.append(block)
-                have += len(block)
-                if need < 0 or have >= need:
-                    break
-            buf, pos = b"".join(pieces), 0
+                answers.more(-1)
+            buf, pos = answers.buf, answers.pos
+            end = pos
+            for _ in range(n):  # (C-speed scans; no object per answer)
+                end = buf.index(b"\n", end) + 1
+            answers.pos = end
+            block = buf[pos:end]
+            if block.startswith(tag) and block.count(tag) == n:
+                # all of kind ``kind`` (a tag can start a line only): split in C
+                out.extend(map(int, block[len(tag) : -1].split(joint)))
+                return
+            for header in block[:-1].split(b"\n"):
+                found, size, _ = self._info(header, kinds)
+                out.append(size if found == kind else -1)
 
-        if windows:
-            send(windows[0])
-        for w, part in enumerate(windows):
-            if w + 1 < len(windows):
-                send(windows[w + 1])
-            if not with_content:
-                # every answer is one line: take the window's lines in one split
-                while buf.count(b"\n", pos) < len(part):
-                    if len(buf) - pos > len(part) * 128:
-                        raise self.died()
-                    more(-1)
-                lines = buf[pos:].split(b"\n", len(part))
-                pos = len(buf) - len(lines[-1])
-                for header in lines[: len(part)]:
-                    yield self._info(header, kinds)
-                continue
-            for name in part:
-                nl = buf.find(b"\n", pos)
-                while nl < 0:
-                    if len(buf) - pos > len(name) + 64:
-                        raise self.died()
-                    more(-1)
-                    nl = buf.find(b"\n", pos)
-                kind, size, _ = got = self._info(buf[pos:nl], kinds)
-                pos = nl + 1
-                if kind is None:
-                    yield got
+        self._exchange("info", names, answer)
+        return out
+
+    def contents(self, names: Sequence[str], kind: str, sizes: Sequence[int]) -> list[bytes | None]:
+        """``contents`` of every name (``sizes``: what :meth:`sizes` said, so each answer's
+        header is known before it is read); None when it is missing or not a ``kind``."""
+        out: list[bytes | None] = []
+        kinds: dict[bytes, str] = {}
+        tag = kind.encode("ascii") + b" "
+
+        def answer(answers: _Answers, start: int, stop: int) -> None:
+            more = answers.more
+            heads = [b"%s%d\n" % (tag, size) for size in sizes[start:stop]]
+            buf, pos = answers.buf, answers.pos
+            for i, head in enumerate(heads, start):
+                end = pos + len(head) + sizes[i]
+                if end < len(buf) and buf[end] == 10 and buf.startswith(head, pos):
+                    out.append(buf[end - sizes[i] : end])  # (all in the buffer: the common case)
+                    pos = end + 1
                     continue
+                answers.pos = pos
+                if len(buf) - pos < len(head):
+                    more(len(head))  # (any answer's first line is at least this long)
+                    buf, pos = answers.buf, answers.pos
+                if buf.startswith(head, pos):
+                    size, keep = sizes[i], True
+                    pos += len(head)
+                else:  # not what the sizes said: read the header line
+                    nl = buf.find(b"\n", pos)
+                    while nl < 0:
+                        if len(buf) - pos > len(names[i]) + 64:
+                            raise self.died()
+                        more(-1)
+                        buf, pos = answers.buf, answers.pos
+                        nl = buf.find(b"\n", pos)
+                    found, size, _ = self._info(buf[pos:nl], kinds)
+                    pos = nl + 1
+                    if found is None:
+                        out.append(None)
+                        continue
+                    keep = found == kind  # another type: read past it
                 if len(buf) - pos < size + 1:
+                    answers.pos = pos
                     more(size + 1)
-                data = buf[pos : pos + size]
+                    buf, pos = answers.buf, answers.pos
                 if buf[pos + size : pos + size + 1] != b"\n":
                     raise GitError("cat-file output lost its framing")
+                out.append(buf[pos : pos + size] if keep else None)
                 pos += size + 1
-                yield kind, size, data
-        if pos != len(buf):
-            raise GitError("cat-file answered more than it was asked")
+            answers.pos = pos
+
+        self._exchange("contents", names, answer)
+        return out
 
     @staticmethod
     def _info(header: bytes, kinds: dict[bytes, str]) -> tuple[str | None, int, None]:
@@ -297,17 +358,17 @@ class Describer:
         self._closed = False
 
     def describe(
-        self, names: Sequence[str], read: Callable[[int], bool], kind: str
-    ) -> list[tuple[int, bytes | None] | None]:
-        """``(size, content)`` per name, in order (None: missing, or not of type ``kind``);
-        ``content`` only for objects whose size ``read`` accepts (keep those small: they are
-        held in memory).
+        self, names: Sequence[str], kind: str, small: tuple[int, int]
+    ) -> tuple[list[int], dict[int, bytes]]:
+        """The size of every name (-1: missing, or not of type ``kind``), and the content
+        of those whose size is within ``small`` (inclusive; keep it small: they are held in
+        memory), by index into ``names``.
 
         Raises:
             GitError: git failed, or is too old for ``--batch-command``.
         """
-        for name in names:
-            _check_name(name)
+        _check_names(names)
+        lo, hi = small
         with self._lock:
             if self._closed:
                 raise GitError("cat-file was closed")
@@ -316,16 +377,17 @@ class Describer:
                     self._cwd, "--batch-command=%(objecttype) %(objectsize)", buffer=True
                 )
             proc = self._proc
-            # a listing asks this of every file: one tuple per answer, built once
-            out: list[tuple[int, bytes | None] | None] = [
-                (got[1], None) if got[0] == kind else None for got in proc.exchange("info", names)
-            ]
-            wanted = [i for i, got in enumerate(out) if got is not None and read(got[0])]
+            sizes = proc.sizes(names, kind)
+            wanted = [i for i, size in enumerate(sizes) if lo <= size <= hi]
+            contents: dict[int, bytes] = {}
             if wanted:
-                got_back = proc.exchange("contents", [names[i] for i in wanted])
-                for i, (found, size, data) in zip(wanted, got_back, strict=True):
-                    out[i] = (size, data) if found == kind else None
-            return out
+                got = proc.contents([names[i] for i in wanted], kind, [sizes[i] for i in wanted])
+                for i, data in zip(wanted, got, strict=True):
+                    if data is None:
+                        sizes[i] = -1
+                    else:
+                        contents[i] = data
+            return sizes, contents
 
     def close(self) -> None:
         with self._lock:
@@ -338,6 +400,14 @@ class Describer:
 def _check_name(name: str) -> None:
     if not name or "\n" in name or "\0" in name:
         raise GitError(f"invalid object name {name!r}")
+
+
+def _check_names(names: Sequence[str]) -> None:
+    """:func:`_check_name` of many names, in C unless one is bad."""
+    text = "\n".join(names)
+    if "\0" in text or text.count("\n") != max(len(names) - 1, 0) or not all(names):
+        for name in names:
+            _check_name(name)
 
 
 class CatFileStream(io.RawIOBase):

@@ -423,15 +423,14 @@ class GitObjects:
             return h.size(sha.hex().encode("ascii"), len(sha))
 
     def describe(
-        self, shas: Sequence[bytes], read: Callable[[int], bool]
-    ) -> list[tuple[int, bytes | None] | None]:
-        """Sizes of many objects and the content of those whose size ``read`` accepts (keep
-        that to small sizes), through one long-lived ``git cat-file`` pair, pipelined: for
-        the blobs of a directory listing, git does the work on another core and this
-        process only parses its answers. None for a missing object or one of another kind
-        than blob."""
+        self, shas: Sequence[bytes], small: tuple[int, int]
+    ) -> tuple[list[int], dict[int, bytes]]:
+        """Sizes of many blobs (-1: missing, or not a blob) and the content of those whose
+        size is within ``small`` (inclusive; keep it small), by index, through one
+        long-lived ``git cat-file`` pair, pipelined: for the blobs of a directory listing,
+        git does the work on another core and this process only parses its answers."""
         with self._describer() as batch:
-            return batch.describe([s.hex() for s in shas], read, "blob")
+            return batch.describe([s.hex() for s in shas], "blob", small)
 
     @contextmanager
     def _describer(self) -> Iterator[Describer]:
@@ -456,8 +455,8 @@ class GitObjects:
         """The raw bytes of many trees through the same pipelined ``git cat-file`` as
         :meth:`describe` (None for a missing object or one that is not a tree)."""
         with self._describer() as batch:
-            found = batch.describe([s.hex() for s in shas], lambda _size: True, "tree")
-        return [None if got is None else got[1] for got in found]
+            _, found = batch.describe([s.hex() for s in shas], "tree", (0, 1 << 62))
+        return [found.get(i) for i in range(len(shas))]
 
     def small_blob(self, sha: bytes, want: int) -> tuple[int, bytes | None]:
         """A blob's size and, when it has at most ``want`` bytes, its content: both from one

@@ -128,10 +128,11 @@ class _Prefetcher:
             self._todo.extendleft(reversed(nodes))  # the first child comes out first
             while len(self._todo) > self._limit:
                 self._todo.pop()
-            if self._started < self._threads:
+            # as many threads as there is work for (a flat tree is offered once, at the root)
+            while self._started < min(self._threads, len(self._todo)):
                 self._started += 1
                 threading.Thread(target=self._run, name="gitxet-prefetch", daemon=True).start()
-            self._cond.notify()
+            self._cond.notify(len(nodes))
 
     def _run(self) -> None:
         while True:
@@ -504,33 +505,32 @@ class CommitFS:
         sizes, _ = self._batch_infos([c.sha for c in blobs], node.shown)
         get, file = sizes.get, NodeKind.FILE
         for c in blobs:
-            size = get(c.sha)
-            if size is not None and (c.kind is file or 0 < size < PATH_MAX):
+            size = get(c.sha, -1)
+            if size >= 0 and (c.kind is file or 0 < size < PATH_MAX):
                 c.size = size  # (a symlink too long or empty: _attrs says it is broken)
 
     def _batch_infos(
         self, shas: list[bytes], shown: str
     ) -> tuple[dict[bytes, int], dict[bytes, Pointer]]:
         """The reported sizes of blobs, and the pointers among them, from one pipelined
-        ``git cat-file`` exchange; blobs it cannot answer are left out (the caller sizes them
-        one by one, and reports them). A listing asks this of every file: no object per
-        blob but for pointers."""
+        ``git cat-file`` exchange; blobs it cannot answer have size -1 or are left out (the
+        caller sizes them one by one, and reports them). A listing asks this of every file:
+        no object per blob but for pointers."""
         unique = list(dict.fromkeys(shas))
         if not unique:
             return {}, {}
         try:
-            found = self._git.describe(
-                unique, lambda size: MIN_POINTER_SIZE <= size <= MAX_POINTER_SIZE
-            )
+            found, small = self._git.describe(unique, (MIN_POINTER_SIZE, MAX_POINTER_SIZE))
         except GitError as exc:  # no git binary, a broken store: one by one then
             log.debug("%s: batch sizing failed (%s); sizing one by one", shown, exc)
             return {}, {}
-        sizes = {sha: got[0] for sha, got in zip(unique, found, strict=True) if got is not None}
+        sizes = dict(zip(unique, found, strict=True))  # (-1: not answered)
         pointers: dict[bytes, Pointer] = {}
-        for sha, got in zip(unique, found, strict=True):
-            if got is None or got[1] is None or not looks_like_pointer(got[1]):
+        for i, data in small.items():
+            if not looks_like_pointer(data):
                 continue
-            pointer = self._parse_pointer(sha, got[1], shown)
+            sha = unique[i]
+            pointer = self._parse_pointer(sha, data, shown)
             if pointer is not None:  # a read of the file needs it soon
                 pointers[sha] = pointer
                 sizes[sha] = pointer.size
@@ -1039,15 +1039,15 @@ class CommitFS:
                     count += sub_count
                     continue
                 count += 1
-                size = known.get(e.sha)
-                if size is not None and (e.mode != MODE_LINK or 0 < size < PATH_MAX):
+                size = known.get(e.sha, -1)
+                if size >= 0 and (e.mode != MODE_LINK or 0 < size < PATH_MAX):
                     total += size
                     continue
                 where = _join(shown, e.name)
                 try:
                     if e.mode == MODE_LINK:
-                        size = self._link_size(e.sha, where)
-                        total += len(BROKEN_LINK_TARGET) if size is None else size
+                        link = self._link_size(e.sha, where)
+                        total += len(BROKEN_LINK_TARGET) if link is None else link
                     elif e.mode != MODE_GITLINK:
                         total += self._blob_info(e.sha, where).size
                 except OSError:  # a missing or damaged object (logged): it reads as EIO
