@@ -215,6 +215,21 @@ def _git(
         raise typer.Exit(code)
 
 
+def _configure_filter_here(root: str) -> None:
+    """Configure git's xet filter in the repository at ``root`` (its local config, as
+    ``git xet clone`` does) when no scope configures it, saying so: without it git sees
+    every materialized file as modified, and a ``git commit -a`` stores it whole in git."""
+    from gitxet.git import config, process
+
+    if process.config_get(root, "filter.xet.process"):
+        return
+    config.install("local", root, f"{_program()} filter-process")
+    _say(
+        "git-xet: configured git's xet filter in this repository ('git xet install' does it "
+        "for every repository)"
+    )
+
+
 def add_cmd(
     paths: Annotated[list[str], typer.Argument(help="Files or directories to add.")],
     as_json: Annotated[bool, typer.Option("--json", help="A JSON summary on stdout.")] = False,
@@ -453,7 +468,8 @@ def checkout_cmd(
 
     Only files git's index names are written, never through a symlink; a path git would
     refuse (such as one inside a '.git' directory) fails with its name, and the other files
-    are still written.
+    are still written. In a plain 'git clone' made without 'git xet install', it also
+    configures git's xet filter in the repository (else git would call the files modified).
     """
     repo = _open_repo()
     files = _select(repo, paths)  # materialize() skips (and settles) the materialized ones
@@ -461,6 +477,8 @@ def checkout_cmd(
     with byte_progress("materializing", total) as advance:
         n = repo.materialize(files, progress=advance)
     _say(f"git-xet: materialized {n} file(s), {total:,} bytes")
+    if repo.worktree is not None:
+        _configure_filter_here(str(repo.worktree))
 
 
 def dematerialize_cmd(

@@ -145,9 +145,10 @@ def status_cmd(
         for f in unstaged:
             typer.echo(f"\t{_CHANGE[f['unstaged']]}{shown(f['path'])}")
     pf = st["pointer_files"]
+    hint = " ('git xet checkout' writes their data)" if pf["pointers"] else ""
     typer.echo(
         f"pointer files in HEAD: {pf['total']} ({pf['materialized']} materialized, "
-        f"{pf['pointers']} pointers)"
+        f"{pf['pointers']} pointers){hint}"
     )
     for p in st["pointers"]:
         typer.echo(f"  pointer       {shown(p['path'])} ({p['size']:,} bytes)")

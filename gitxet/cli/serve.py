@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
+import urllib.parse
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gitxet.errors import ConfigError
-from gitxet.settings import DEFAULT_CACHE_SIZE, TOKEN_ENV, server_key
+from gitxet.settings import DEFAULT_CACHE_SIZE, TOKEN_ENV, server_key, strip_credentials
 
 if TYPE_CHECKING:
     from gitxet.server.limits import Limits
@@ -299,6 +300,12 @@ def login_cmd(
     from gitxet.settings import store_token
 
     key = _keyring_key(url)
+    if urllib.parse.urlsplit(url).path.strip("/") == "":
+        # the token is checked through a repository's discovery: the server root has none
+        raise typer.BadParameter(
+            f"give a repository URL, such as {strip_credentials(url).rstrip('/')}/NAME.git (the token is checked "
+            "against it; it is then used for every repository of the server)"
+        )
     if token_stdin:
         token = sys.stdin.readline().strip()
     else:

@@ -227,6 +227,13 @@ CASES = [
         NOT_FOUND,
     ),
     Case("log in with a wrong token", ("login", "--token-stdin", "{server}/x.git"), "work", DENIED),
+    Case(
+        "log in with the server's URL, not a repository's",
+        ("login", "--token-stdin", "{server}"),
+        "work",
+        USAGE,
+        "NAME.git",
+    ),
 ]
 
 

@@ -435,3 +435,40 @@ def test_bad_input_gives_one_clear_line(tmp_path: Path) -> None:
     git("commit", "-q", "-m", "weird", cwd=work)
     r = xet("ls-files", cwd=work)
     assert "weird.bin" not in r.stdout
+
+
+def test_plain_git_clone_without_install_says_how_and_checkout_configures_the_filter(
+    tmp_path: Path,
+) -> None:
+    """A plain ``git clone`` by a user who never ran ``git xet install``: the files are
+    pointers, ``git xet status`` says how to get their data, and ``git xet checkout``
+    configures the filter in that repository, saying so (it used to write the data with no
+    filter configured: git then called every file modified, and a ``git commit -a`` would
+    have stored the whole file in git). A push from the plain clone then sends data."""
+    remote, work = init_repo(tmp_path)
+    data = random.Random(31).randbytes(400_000)
+    (work / "big.bin").write_bytes(data)
+    xet("add", "big.bin", cwd=work)
+    git("commit", "-qm", "big", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    git("--git-dir", str(remote), "symbolic-ref", "HEAD", "refs/heads/main", cwd=tmp_path)
+    plain = tmp_path / "plain"
+    git("clone", "-q", str(remote), str(plain), cwd=tmp_path)
+    assert (plain / "big.bin").read_bytes().startswith(b"version https://gitxet.dev/spec/v1\n")
+    assert "'git xet checkout' writes their data" in xet("status", cwd=plain).stdout
+    r = xet("checkout", cwd=plain)
+    assert "configured git's xet filter in this repository" in r.stderr, r.stderr
+    assert "git xet install" in r.stderr
+    assert (plain / "big.bin").read_bytes() == data
+    assert git("status", "--porcelain", cwd=plain) == ""
+    assert "configured" not in xet("checkout", cwd=plain).stderr  # once
+    more = random.Random(32).randbytes(300_000)
+    (plain / "more.bin").write_bytes(more)
+    (plain / "big.bin").write_bytes(data[:1000] + more)
+    git("commit", "-qam", "more", cwd=plain)  # -a: through the filter, a pointer again
+    git("add", "more.bin", cwd=plain)
+    git("commit", "-qm", "more", cwd=plain)
+    git("push", "-q", "origin", "main", cwd=plain)
+    remote_consistent(remote)
+    out = xet("fsck", "--all", cwd=remote).stdout
+    assert "3 in the local store, 0 only on the remote, 0 missing" in out, out
