@@ -303,8 +303,9 @@ def login_cmd(
     if urllib.parse.urlsplit(url).path.strip("/") == "":
         # the token is checked through a repository's discovery: the server root has none
         raise typer.BadParameter(
-            f"give a repository URL, such as {strip_credentials(url).rstrip('/')}/NAME.git (the token is checked "
-            "against it; it is then used for every repository of the server)"
+            f"give a repository URL, such as {strip_credentials(url).rstrip('/')}/NAME.git "
+            "(the token is checked against it; it is then used for every repository of the "
+            "server)"
         )
     if token_stdin:
         token = sys.stdin.readline().strip()
