@@ -44,6 +44,7 @@ from gitxet.errors import StoreError
 from gitxet.hashing import chunk_hash, to_hex
 from gitxet.settings import DEFAULT_CACHE_BYTES
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
+from gitxet.util.memory import filled_bytes
 from gitxet.util.streams import write_all
 
 if TYPE_CHECKING:
@@ -406,13 +407,23 @@ class NodeCache:
         if ranges is None:
             self.misses += 1
             return None
-        parts: list[bytes] = []
-        for r, a, b in ranges:
-            data = self._read_one(xorb, r, layout, a, b)
-            if data is None:
-                self.misses += 1
-                return None
-            parts.append(data)
+        if len(ranges) == 1:
+            r, a, b = ranges[0]
+            one = self._read_one(xorb, r, layout, a, b)
+            data = bytes(one) if isinstance(one, memoryview) else one  # (never a view)
+        else:
+            # several range files: read straight into the one object returned (a join
+            # would copy every byte once more)
+            def fill(out: memoryview) -> bool:
+                return all(
+                    self._read_one(xorb, r, layout, a, b, out[a - lo : b - lo]) is not None
+                    for r, a, b in ranges
+                )
+
+            data = filled_bytes(hi - lo, fill)
+        if data is None:
+            self.misses += 1
+            return None
         self.hits += 1
         self.hit_bytes += hi - lo
         now = time.time()
@@ -422,28 +433,47 @@ class NodeCache:
             due = time.monotonic() - self._last_flush > TOUCH_INTERVAL
         if due:
             self.flush()
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return data
 
     def _read_one(
-        self, xorb: bytes, r: _Range, layout: ChunkLayout, a: int, b: int
-    ) -> bytes | None:
+        self,
+        xorb: bytes,
+        r: _Range,
+        layout: ChunkLayout,
+        a: int,
+        b: int,
+        into: memoryview | None = None,
+    ) -> bytes | memoryview | None:
+        """Bytes ``[a, b)`` of range ``r`` (written ``into`` that view if given), or None."""
         lease = self._fd(xorb, r)
         if lease is None:
             return None
         try:
-            return self._read_leased(xorb, r, lease.value, layout, a, b)
+            return self._read_leased(xorb, r, lease.value, layout, a, b, into)
         finally:
             lease.release()
 
     def _read_leased(
-        self, xorb: bytes, r: _Range, op: _Open, layout: ChunkLayout, a: int, b: int
-    ) -> bytes | None:
+        self,
+        xorb: bytes,
+        r: _Range,
+        op: _Open,
+        layout: ChunkLayout,
+        a: int,
+        b: int,
+        into: memoryview | None = None,
+    ) -> bytes | memoryview | None:
         offs = layout.data_offsets
         c0 = bisect.bisect_right(offs, a) - 1
         c1 = bisect.bisect_left(offs, b)
         marks = op.verified
         first = c0 - r.cs
         if marks.find(0, first, c1 - r.cs) == -1:
+            if into is not None:
+                if os.preadv(op.fd, [into], a - r.dlo) != b - a:
+                    self._drop(xorb, r)
+                    return None
+                return into
             data = os.pread(op.fd, b - a, a - r.dlo)
             if len(data) != b - a:
                 self._drop(xorb, r)
@@ -463,6 +493,9 @@ class NodeCache:
                     self._drop(xorb, r)
                     return None
                 marks[c - r.cs] = 1
+        if into is not None:
+            into[:] = view[a - offs[c0] : b - offs[c0]]
+            return into
         return bytes(view[a - offs[c0] : b - offs[c0]])
 
     # ---- writing -----------------------------------------------------------------------

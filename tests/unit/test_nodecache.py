@@ -221,3 +221,26 @@ def test_trim_evicts_least_recently_used_down_to_what_is_kept(tmp_path: Path) ->
     assert not [f for f in (tmp_path / "c" / "data").rglob("*.*-*") if f.is_file()]
     cache.close()
     other.close()
+
+
+def test_a_read_across_ranges_with_a_bad_one_is_none_never_partial(tmp_path: Path) -> None:
+    lay = Lay(7)
+    offs = lay.data_offsets
+    root = tmp_path / "c"
+    cache = NodeCache(str(root), 1 << 20)
+    assert lay.put(cache, 0, 10) and lay.put(cache, 10, 20) and lay.put(cache, 20, 30)
+    cache.close()
+    fresh = NodeCache(str(root), 1 << 20)  # verifies what it reads, then serves it
+    got = fresh.read(lay.xorb, lay, 5, offs[30] - 5)
+    assert type(got) is bytes and got == lay.data[5 : offs[30] - 5]
+    again = fresh.read(lay.xorb, lay, 7, offs[25])  # verified: read straight into place
+    assert again == lay.data[7 : offs[25]]
+    fresh.close()
+    last = next(f for f in (root / "data").rglob("*.*-*") if f.name.endswith(".20-30"))
+    raw = bytearray(last.read_bytes())
+    raw[-1] ^= 1
+    last.write_bytes(raw)
+    other = NodeCache(str(root), 1 << 20)
+    assert other.read(lay.xorb, lay, 5, offs[30] - 5) is None
+    assert other.read(lay.xorb, lay, 5, offs[20]) == lay.data[5 : offs[20]]
+    other.close()

@@ -54,3 +54,21 @@ def test_idempotent() -> None:
 
     first = keep_freed_memory()
     assert keep_freed_memory() is first
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 4096, 3 << 20])
+def test_filled_bytes(size: int) -> None:
+    from gitxet.util.memory import filled_bytes
+
+    want = bytes(i % 251 for i in range(size))
+
+    def fill(view: memoryview) -> bool:
+        assert len(view) == size and not view.readonly
+        view[:] = want
+        return True
+
+    got = filled_bytes(size, fill)
+    assert type(got) is bytes and got == want
+    assert hash(got) == hash(want)  # a real bytes object, hashed from its final content
+    # an object whose fill did not complete is never returned
+    assert filled_bytes(size, lambda view: False) is None
