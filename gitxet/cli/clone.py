@@ -221,6 +221,40 @@ def _clone(
     return 0
 
 
+def parse_argv(args: list[str]) -> dict[str, Any] | None:
+    """``git xet clone``'s arguments as :func:`run`'s keywords, or None for anything but
+    the plain forms (``--help``, an unknown or malformed option: the full CLI says it).
+    The entry point runs a clone without typer (~0.15 s of imports and parsing)."""
+    opts: dict[str, Any] = {}
+    positional: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            positional += args[i + 1 :]
+            break
+        if a == "--lazy":
+            opts["lazy"] = True
+        elif a in ("--branch", "-b", "--cas-url"):
+            if i + 1 >= len(args):
+                return None
+            opts["cas_url" if a == "--cas-url" else "branch"] = args[i + 1]
+            i += 1
+        elif a.startswith(("--branch=", "--cas-url=")):
+            key, _, value = a.partition("=")
+            opts["cas_url" if key == "--cas-url" else "branch"] = value
+        elif a.startswith("-") and a != "-":
+            return None
+        else:
+            positional.append(a)
+        i += 1
+    if not 1 <= len(positional) <= 2:
+        return None
+    opts["src"] = positional[0]
+    opts["directory"] = positional[1] if len(positional) > 1 else None
+    return opts
+
+
 def looks_remote(src: str) -> bool:
     """A URL (``scheme://``) or git's scp-like ``host:path`` rather than a local path."""
     if "://" in src:

@@ -40,6 +40,13 @@ def main() -> None:
             from gitxet.cli.hot import run
 
             raise SystemExit(run(argv))
+        if argv[0] == "clone":
+            from gitxet.cli.clone import parse_argv
+
+            if parse_argv(argv[1:]) is not None:  # else the full CLI says what is wrong
+                from gitxet.cli.hot import run
+
+                raise SystemExit(run(argv))
     if argv[:1] == ["mount"] and "--watch" in argv[: argv.index("--") if "--" in argv else None]:
         # --watch[=INTERVAL]: click options cannot take an optional value
         from gitxet.cli.mountcmds import DEFAULT_WATCH

@@ -288,6 +288,13 @@ def run(argv: list[str]) -> int:
             if not args:
                 return _usage("pre-push needs the remote name (git passes it)")
             pre_push(args[0], args[1] if len(args) > 1 else "")
+        elif name == "clone":
+            from gitxet.cli import clone
+
+            opts = clone.parse_argv(args)
+            if opts is None:
+                return _usage("usage: git-xet clone [--lazy] [-b BRANCH] [--cas-url URL] SRC [DIR]")
+            return clone.run(**opts)
         elif name == "credential":
             from gitxet.cli.credential import run as credential
 

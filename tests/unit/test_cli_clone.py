@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
+from pathlib import Path
 
-from gitxet.cli.clone import _fast_auth, auth_env
+from gitxet.cli.clone import _fast_auth, auth_env, parse_argv
 from gitxet.settings import Settings
 
 URL = "http://127.0.0.1:8080/data.git"
@@ -32,3 +35,52 @@ def test_no_header_for_a_server_that_is_not_gitxet_or_a_url_with_credentials() -
     assert _fast_auth("http://127.0.0.1:9/data.git", settings) == ({}, False)
     assert _fast_auth("http://me:pw@127.0.0.1:9/data.git", settings) == ({}, False)
     assert _fast_auth("/srv/data.git", settings) == ({}, False)
+
+
+def test_plain_clone_arguments_are_parsed_without_typer_anything_else_is_not() -> None:
+    assert parse_argv(["http://h/d.git"]) == {"src": "http://h/d.git", "directory": None}
+    assert parse_argv(["--lazy", "-b", "dev", "--cas-url=http://t", "--", "-src", "d"]) == {
+        "lazy": True,
+        "branch": "dev",
+        "cas_url": "http://t",
+        "src": "-src",
+        "directory": "d",
+    }
+    assert parse_argv(["s", "d", "--branch=x", "--cas-url", "u"]) == {
+        "branch": "x",
+        "cas_url": "u",
+        "src": "s",
+        "directory": "d",
+    }
+    for bad in ([], ["a", "b", "c"], ["--help"], ["-h", "s"], ["--nope", "s"], ["s", "-b"]):
+        assert parse_argv(bad) is None, bad
+
+
+def test_a_clone_starts_without_typer(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from gitxet.cli.entry import main\n"
+        "sys.argv = ['git-xet', 'clone', sys.argv[1]]\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as e:\n"
+        "    print('typer' in sys.modules, e.code)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "nothing-here")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert r.stdout.split() == ["False", "4"], r  # exit 4: not found, as the full CLI says
+    assert "no repository at" in r.stderr and "Traceback" not in r.stderr
+    # a usage error still goes to the full CLI, which names the problem
+    r = subprocess.run(
+        [sys.executable, "-m", "gitxet", "clone", "--nope", "x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and "--nope" in r.stderr and "Traceback" not in r.stderr
