@@ -364,10 +364,14 @@ def fsck_cmd(
     with byte_progress("checking pointers", sum(sizes.values()) or None) as advance:
         liars = verify_pointers(repo.cas, found, advance)
     for m in liars:
-        typer.echo(
-            f"damaged  pointer {shown(m.path)}: oid sha256:{m.pointer.sha256[:16]}... is not "
-            f"the SHA-256 of its data ({m.actual[:16]}...); the pointer was altered"
-        )
+        if m.pointer.sha256 != m.actual:
+            lie = (
+                f"oid sha256:{m.pointer.sha256[:16]}... is not the SHA-256 of its data "
+                f"({m.actual[:16]}...)"
+            )
+        else:
+            lie = f"size {m.pointer.size:,} is not the size of its data ({m.actual_size:,})"
+        typer.echo(f"damaged  pointer {shown(m.path)}: {lie}; the pointer was altered")
     local = sum(d.local for d in where)
     remote_only = [d for d in where if not d.local and d.remote]
     missing = [d for d in where if not d.local and not d.remote]
@@ -386,7 +390,7 @@ def fsck_cmd(
         if report.problems:
             what.append(f"{len(report.problems)} damaged object(s) in the local store")
         if liars:
-            what.append(f"{len(liars)} pointer file(s) whose oid does not match their data")
+            what.append(f"{len(liars)} pointer file(s) that do not match their data")
         _say(f"git-xet: integrity error: {'; '.join(what)}")
         raise typer.Exit(3)
     if missing:

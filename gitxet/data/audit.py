@@ -69,11 +69,13 @@ class StoreReport:
 
 @dataclass(frozen=True, slots=True)
 class PointerMismatch:
-    """A pointer file whose ``oid sha256`` is not the SHA-256 of the data it names."""
+    """A pointer file whose ``oid sha256`` is not the SHA-256 of the data it names, or
+    whose ``size`` is not that data's size."""
 
     path: str
     pointer: Pointer
     actual: str  # the data's SHA-256, hex
+    actual_size: int  # the data's size
 
 
 def is_local(cas: LocalCAS, file_hash: bytes) -> bool:
@@ -176,15 +178,17 @@ def verify_pointers(
     found: Sequence[tuple[str, Pointer]],
     progress: Callable[[int], None] | None = None,
 ) -> list[PointerMismatch]:
-    """The pointers of ``found`` whose ``oid sha256`` is not that of their data: each file
-    the store holds is read once (however many pointers name it) and hashed; files not
-    here, or whose data is damaged (:func:`verify_store` reports that), are skipped."""
+    """The pointers of ``found`` whose ``oid sha256`` or ``size`` is not that of their
+    data: each file the store holds is read once (however many pointers name it) and
+    hashed; files not here, or whose data is damaged (:func:`verify_store` reports that),
+    are skipped."""
     by_file: dict[str, list[tuple[str, Pointer]]] = {}
     for path, ptr in found:
         by_file.setdefault(ptr.xet_hash, []).append((path, ptr))
     out: list[PointerMismatch] = []
     for xet_hex, named in by_file.items():
         fhash = from_hex(xet_hex)
+        size = 0
         if named[0][1].size == 0:
             actual = hashlib.sha256().hexdigest()
         elif not is_local(cas, fhash):
@@ -194,12 +198,17 @@ def verify_pointers(
                 sha = hashlib.sha256()
                 for block in FileReader(cas, fhash).iter_blocks():
                     sha.update(block)
+                    size += len(block)
                     if progress is not None:
                         progress(len(block))
             except GitxetError:  # damaged or gone: verify_store says so
                 continue
             actual = sha.hexdigest()
-        out.extend(PointerMismatch(p, ptr, actual) for p, ptr in named if ptr.sha256 != actual)
+        out.extend(
+            PointerMismatch(p, ptr, actual, size)
+            for p, ptr in named
+            if ptr.sha256 != actual or ptr.size != size
+        )
     return out
 
 

@@ -123,7 +123,7 @@ def test_a_pointer_whose_oid_is_not_its_data_is_refused_and_reported(
     assert r.returncode == 3, (r.stdout, r.stderr)
     assert "damaged  pointer b.bin" in r.stdout, r.stdout
     assert "a.bin" not in r.stdout.replace("damaged  pointer b.bin", "")
-    assert "oid does not match" in one_line(r.stderr)
+    assert "do not match their data" in one_line(r.stderr)
 
     r = run("git-xet", "clone", str(remote), "clone", cwd=tmp_path)
     assert r.returncode == 3, (r.stdout, r.stderr)
@@ -143,6 +143,34 @@ def test_a_pointer_whose_oid_is_not_its_data_is_refused_and_reported(
     r = run("git", "clone", "-q", *config, str(remote), str(plain), cwd=tmp_path)
     assert r.returncode != 0 and "sha256" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (plain / "b.bin").exists() or (plain / "b.bin").read_bytes() != DATA
+
+
+def test_fsck_reports_a_pointer_whose_size_is_not_its_datas(
+    published: tuple[Path, Path],
+) -> None:
+    """A pointer with the right oid and xet-hash but another size (here the largest one the
+    spec allows) is an altered pointer too: fsck used to pass it, as checkout refuses it."""
+    work, _remote = published
+    good = ok("git", "show", "HEAD:a.bin", cwd=work).encode()
+    lie = good.replace(b"\nsize %d\n" % len(DATA), b"\nsize 9223372036854775807\n")
+    assert lie != good
+    blob = subprocess.run(
+        ["git", "hash-object", "-w", "--no-filters", "--stdin"],
+        cwd=work, input=lie, capture_output=True, check=True, timeout=60,
+    ).stdout.decode().strip()  # fmt: skip
+    ok("git", "update-index", "--add", "--cacheinfo", f"100644,{blob},c.bin", cwd=work)
+    ok("git", "commit", "-qm", "a pointer that lies about its size", cwd=work)
+    r = run("git-xet", "fsck", cwd=work)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    want = (
+        f"damaged  pointer c.bin: size 9,223,372,036,854,775,807 is not the size of its data "
+        f"({len(DATA):,}); the pointer was altered"
+    )
+    assert want in r.stdout, r.stdout
+    assert "a.bin" not in r.stdout and "Traceback" not in r.stderr
+    r = run("git-xet", "checkout", "c.bin", cwd=work)
+    assert r.returncode == 3 and "c.bin" in one_line(r.stderr), r.stderr
+    assert not (work / "c.bin").exists()  # nothing written for it
 
 
 def test_fsck_after_a_corrupt_xorb_was_set_aside_says_so_and_fetch_repairs(
