@@ -38,6 +38,16 @@ def ok(*args: str, cwd: Path) -> str:
     return r.stdout
 
 
+def commit_blob(work: Path, name: str, blob: bytes, message: str) -> None:
+    """Commit ``blob`` as ``name`` byte for byte (no filter), as an attacker would."""
+    oid = subprocess.run(
+        ["git", "hash-object", "-w", "--no-filters", "--stdin"],
+        cwd=work, input=blob, capture_output=True, check=True, timeout=60,
+    ).stdout.decode().strip()  # fmt: skip
+    ok("git", "update-index", "--add", "--cacheinfo", f"100644,{oid},{name}", cwd=work)
+    ok("git", "commit", "-qm", message, cwd=work)
+
+
 def one_line(stderr: str) -> str:
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     assert "Traceback" not in stderr, stderr
@@ -111,12 +121,7 @@ def test_a_pointer_whose_oid_is_not_its_data_is_refused_and_reported(
     good = ok("git", "show", "HEAD:a.bin", cwd=work).encode()
     lie = good.replace(good[good.index(b"sha256:") + 7 :][:64], b"ab" * 32)
     assert lie != good and len(lie) == len(good)
-    blob = subprocess.run(
-        ["git", "hash-object", "-w", "--no-filters", "--stdin"],
-        cwd=work, input=lie, capture_output=True, check=True, timeout=60,
-    ).stdout.decode().strip()  # fmt: skip
-    ok("git", "update-index", "--add", "--cacheinfo", f"100644,{blob},b.bin", cwd=work)
-    ok("git", "commit", "-qm", "a pointer that lies about its oid", cwd=work)
+    commit_blob(work, "b.bin", lie, "a pointer that lies about its oid")
     ok("git", "push", "-q", "origin", "HEAD:main", cwd=work)
 
     r = run("git-xet", "fsck", cwd=work)
@@ -154,12 +159,7 @@ def test_fsck_reports_a_pointer_whose_size_is_not_its_datas(
     good = ok("git", "show", "HEAD:a.bin", cwd=work).encode()
     lie = good.replace(b"\nsize %d\n" % len(DATA), b"\nsize 9223372036854775807\n")
     assert lie != good
-    blob = subprocess.run(
-        ["git", "hash-object", "-w", "--no-filters", "--stdin"],
-        cwd=work, input=lie, capture_output=True, check=True, timeout=60,
-    ).stdout.decode().strip()  # fmt: skip
-    ok("git", "update-index", "--add", "--cacheinfo", f"100644,{blob},c.bin", cwd=work)
-    ok("git", "commit", "-qm", "a pointer that lies about its size", cwd=work)
+    commit_blob(work, "c.bin", lie, "a pointer that lies about its size")
     r = run("git-xet", "fsck", cwd=work)
     assert r.returncode == 3, (r.stdout, r.stderr)
     want = (
