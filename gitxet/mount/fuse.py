@@ -62,6 +62,10 @@ SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get after SIGTERM before they
 FILL_MAX = 1 << 20  # files up to this size are stored whole into the page cache at open
 FILLED_INODES = 1 << 16  # inodes remembered as stored (a later open does not store again)
 
+#: a directory's listing as the replies send it, "." and ".." first: names, inode numbers,
+#: modes, sizes, blocks, link counts, mtimes (columns: no object per entry)
+_Listing = tuple[list[bytes], list[int], list[int], list[int], list[int], list[int], list[int]]
+
 # trio renamed ``cancellable`` to ``abandon_on_cancel`` (0.23) and warns on the old name.
 _ABANDON_KW = (
     "abandon_on_cancel"
@@ -140,7 +144,7 @@ class XetFuseOperations(pyfuse3.Operations):
         # understands the handles its predecessor gave out. Listings are kept per directory
         # (a commit's directory never changes) with their attributes, bounded by their
         # entry count (~150 bytes an entry).
-        self._listings: LRUCache[int, tuple[list[bytes], list[Attrs]]] = LRUCache(
+        self._listings: LRUCache[int, _Listing] = LRUCache(
             LISTING_ENTRIES, weigher=lambda listing: len(listing[0]) + 1
         )
 
@@ -292,17 +296,32 @@ class XetFuseOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         return ino
 
-    def _listing(self, ino: int) -> tuple[list[bytes], list[Attrs]]:
+    def _listing(self, ino: int) -> _Listing:
         # "." and ".." first; offsets are index + 1 into this list, stable because the model
         # lists a directory of an immutable commit the same way every time.
-        listed = self.fs.readdir(ino)
-        names = [b".", b".."]
-        attrs = [self.fs.getattr(ino), self.fs.getattr(self.fs.parent(ino))]
-        if listed:  # split in C, not per entry
-            listed_names, listed_attrs = zip(*listed, strict=True)
-            names += listed_names
-            attrs += listed_attrs
-        return names, attrs
+        columns = getattr(self.fs, "readdir_columns", None)
+        if columns is not None:
+            names, inos, modes, sizes, nlinks, mtimes = columns(ino)
+        else:
+            listed = self.fs.readdir(ino)
+            names = [n for n, _ in listed]
+            inos, _, modes, sizes, nlinks, mtimes = (
+                (list(col) for col in zip(*(a for _, a in listed), strict=True))
+                if listed
+                else ([], [], [], [], [], [])
+            )
+        if self._root != pyfuse3.ROOT_INODE:  # (a model whose root is not FUSE's number)
+            inos = [self._swap(i) for i in inos]
+        dot, dotdot = self.fs.getattr(ino), self.fs.getattr(self.fs.parent(ino))
+        return (
+            [b".", b"..", *names],
+            [self._swap(dot.ino), self._swap(dotdot.ino), *inos],
+            [dot.mode, dotdot.mode, *modes],
+            [dot.size, dotdot.size, *sizes],
+            [(size + 511) // 512 for size in (dot.size, dotdot.size, *sizes)],
+            [dot.nlink, dotdot.nlink, *nlinks],
+            [dot.mtime_ns, dotdot.mtime_ns, *mtimes],
+        )
 
     def root_changed(self, names: Iterable[bytes]) -> None:
         """The commit behind the root changed (a watched mount, ``gitxet.mount.follow``):
@@ -331,12 +350,25 @@ class XetFuseOperations(pyfuse3.Operations):
             # calls, and re-listing it on every call would be quadratic.
             listing = await self._offload(self._meta_limiter, f"readdir {fh}", self._listing, fh)
             self._listings.put(fh, listing)
-        names, attrs = listing
-        # one EntryAttributes for the whole reply: readdir_reply copies it out at once
-        e: pyfuse3.EntryAttributes | None = None
-        entry, reply = self.entry, pyfuse3.readdir_reply
+        names, inos, modes, sizes, blocks, nlinks, mtimes = listing
+        if start_id >= len(names):
+            return
+        # one EntryAttributes for the whole reply (readdir_reply copies it out at once),
+        # only what differs between entries set per entry: a listing of a million files
+        # sends a million
+        e = self.entry(
+            Attrs(inos[start_id], NodeKind.FILE, 0, 0, 0, mtimes[start_id])  # (the rest below)
+        )
+        reply = pyfuse3.readdir_reply
+        mtime = mtimes[start_id]
         for idx in range(start_id, len(names)):
-            e = entry(attrs[idx], e)
+            e.st_ino = inos[idx]
+            e.st_mode = modes[idx]
+            e.st_size = sizes[idx]
+            e.st_blocks = blocks[idx]
+            e.st_nlink = nlinks[idx]
+            if mtimes[idx] != mtime:
+                mtime = e.st_atime_ns = e.st_mtime_ns = e.st_ctime_ns = mtimes[idx]
             if not reply(token, names[idx], e, idx + 1):
                 break
 

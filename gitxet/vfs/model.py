@@ -58,7 +58,7 @@ from gitxet.hashing import from_hex
 from gitxet.util.flights import Flights
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
 from gitxet.util.nowait import nowait
-from gitxet.vfs.nodes import Attrs, FSStats, NodeKind
+from gitxet.vfs.nodes import Attrs, Columns, FSStats, NodeKind
 
 __all__ = ["BROKEN_LINK_TARGET", "ROOT_INO", "CommitFS"]
 
@@ -98,6 +98,12 @@ _KINDS: dict[int, NodeKind] = {
 }
 #: a file's st_mode by its git mode (read-only; executable as git says)
 _FILE_PERMS = {m: stat.S_IFREG | (0o555 if m & 0o100 else 0o444) for m in FILE_MODES}
+#: a node's st_mode by its git mode
+_ST_MODES = {
+    **_FILE_PERMS,
+    **dict.fromkeys(_DIR_MODES, stat.S_IFDIR | 0o555),
+    MODE_LINK: stat.S_IFLNK | 0o777,
+}
 #: the kind of a tree entry's mode (None: a mode the model does not serve); a listing asks
 #: this of every entry
 _kind_of = _KINDS.get
@@ -456,10 +462,7 @@ class CommitFS:
 
     def readdir(self, ino: int) -> list[tuple[bytes, Attrs]]:
         """Children of a directory sorted by name (bytes order), without ``.`` and ``..``."""
-        node = self._dir(ino)
-        self._busy_at = time.monotonic()
-        self._flights.run(("list", node.ino), lambda: self._list(node))
-        self._prefetcher.offer([c for c in node.order if isinstance(c, _Dir)])
+        node = self._listed(ino)
         # most entries are sized files: their attributes built inline, not through _attrs
         attrs, file, mtime = self._attrs, NodeKind.FILE, self.mtime_ns
         return [
@@ -468,6 +471,33 @@ class CommitFS:
             else (c.name, attrs(c))
             for c in node.order
         ]
+
+    def readdir_columns(self, ino: int) -> Columns:
+        """:meth:`readdir` as columns (no object per entry: a FUSE listing's form)."""
+        node = self._listed(ino)
+        order = node.order
+        for c in order:
+            if c.size < 0:
+                self._attrs(c)  # (what the batches could not size, one by one)
+        assert node.names is not None
+        dirs = [c.kind is NodeKind.DIR for c in order]
+        return Columns(
+            node.names,
+            [c.ino for c in order],
+            [_ST_MODES[c.mode] for c in order],
+            [0 if d else c.size for c, d in zip(order, dirs, strict=True)],
+            [c.size if d else 1 for c, d in zip(order, dirs, strict=True)],
+            [self.mtime_ns] * len(order),
+        )
+
+    def _listed(self, ino: int) -> _Dir:
+        """A directory, listed (children and their attributes known) and its
+        subdirectories offered to the prefetcher."""
+        node = self._dir(ino)
+        self._busy_at = time.monotonic()
+        self._flights.run(("list", node.ino), lambda: self._list(node))
+        self._prefetcher.offer([c for c in node.order if isinstance(c, _Dir)])
+        return node
 
     def _list(self, node: _Dir) -> None:
         """A directory's children and the sizes of its files and link counts of its
@@ -841,7 +871,7 @@ class CommitFS:
                     node.size = 2 + sum(1 for e in entries if e.mode in _DIR_MODES)
                 except OSError:  # a broken tree (logged): still listed, unreadable when opened
                     node.size = 2
-            return Attrs(node.ino, kind, stat.S_IFDIR | 0o555, 0, node.size, mtime)
+            return Attrs(node.ino, kind, _ST_MODES[MODE_DIR], 0, node.size, mtime)
         if kind is NodeKind.FILE:
             if node.size < 0:
                 node.size = self._blob_info(node.sha, node.shown).size
@@ -849,7 +879,7 @@ class CommitFS:
         if node.size < 0:
             target = self._link_size(node.sha, node.shown)
             node.size = len(BROKEN_LINK_TARGET) if target is None else target
-        return Attrs(node.ino, kind, stat.S_IFLNK | 0o777, node.size, 1, mtime)
+        return Attrs(node.ino, kind, _ST_MODES[MODE_LINK], node.size, 1, mtime)
 
     # ---- blobs -----------------------------------------------------------------------------
 

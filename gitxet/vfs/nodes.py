@@ -42,6 +42,19 @@ class Attrs(NamedTuple):
         return stat.S_ISDIR(self.mode)
 
 
+class Columns(NamedTuple):
+    """A directory's children as columns, sorted by name (``.`` and ``..`` left out):
+    what a listing sends for each entry, with no object per entry (a FUSE listing of a
+    million-file commit sends a million)."""
+
+    names: list[bytes]
+    inos: list[int]
+    modes: list[int]  # with the type bits, as :attr:`Attrs.mode`
+    sizes: list[int]
+    nlinks: list[int]
+    mtimes_ns: list[int]
+
+
 @dataclass(frozen=True, slots=True)
 class FSStats:
     """Whole-filesystem figures for statfs / FSSTAT."""
@@ -60,7 +73,8 @@ class ReadOnlyFS(Protocol):
 
     An implementation may also have ``inline_reads: bool``: True when ``read`` touches only
     local disk and memory, so an adapter may call it on its event loop instead of a worker
-    thread (a thread hop costs more than such a read).
+    thread (a thread hop costs more than such a read); and ``readdir_columns(ino) ->
+    Columns``: :meth:`readdir` without an object per entry.
     """
 
     @property
