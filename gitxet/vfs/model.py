@@ -656,6 +656,7 @@ class CommitFS:
         try:
             with nowait():
                 if reader is None:
+                    self._describe_around(node)  # its neighbours' descriptions, in one batch
                     reader = FileReader(
                         self._source, from_hex(info.pointer.xet_hash), cache=self._cache
                     )
@@ -972,8 +973,9 @@ class CommitFS:
         describe = getattr(self._source, "describe", None)
         here = node.parent
         names = here.names
-        if describe is None or self.inline_reads or names is None:
+        if describe is None or names is None:
             return
+        inline = self.inline_reads  # a local store, from try_read on an event loop
         w = bisect.bisect_left(names, node.name) // DESCRIBE_WINDOW
         key = (here.ino, w)
         with self._lock:
@@ -991,8 +993,8 @@ class CommitFS:
                 for sib in up.order[bisect.bisect_right(up.names, here.name) :]:
                     if len(files) >= DESCRIBE_WINDOW or len(done) > DESCRIBE_DIRS:
                         break
-                    if not isinstance(sib, _Dir):
-                        continue
+                    if not isinstance(sib, _Dir) or (inline and sib.names is None):
+                        continue  # (an event loop lists nothing: it could wait on git)
                     with self._lock:
                         if self._described.get((sib.ino, 0)):
                             continue
@@ -1003,7 +1005,12 @@ class CommitFS:
                     files += kids[:DESCRIBE_WINDOW]
                     done.append((sib.ino, 0))
             shas = [c.sha for c in files if c.kind is NodeKind.FILE]
-            _, pointers = self._batch_infos(shas, here.shown)
+            if inline:  # only what the listings found: no git on an event loop
+                with self._lock:
+                    infos = [self._infos.get(sha) for sha in shas]
+                pointers = {i.pointer.xet_hash: i.pointer for i in infos if i and i.pointer}
+            else:
+                pointers = self._batch_infos(shas, here.shown)[1]
             hashes = [from_hex(p.xet_hash) for p in pointers.values() if p.size]
             if len(hashes) > 1:
                 describe(hashes)

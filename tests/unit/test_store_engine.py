@@ -418,3 +418,39 @@ def test_the_sha256_of_ranges_written_at_offsets_out_of_order_is_that_of_the_fil
     assert hashing.hexdigest() == hashlib.sha256(data).hexdigest()
     plain = _Sha256Out.around(io.BytesIO())  # type: ignore[arg-type]
     assert not callable(getattr(plain, "write_at", None))
+
+
+def test_describe_reads_many_files_descriptions_at_once(tmp_path: str) -> None:
+    root = os.path.join(tmp_path, "cas")
+    rnd = random.Random(16)
+    with Ingestor(LocalCAS(root, durable=False)) as ing:
+        hashes = [ing.add_stream(io.BytesIO(rnd.randbytes(3000 + i))).file_hash for i in range(30)]
+        ing.flush()
+    unknown = bytes(range(32))
+    expected = {h: LocalCAS(root, durable=False).file_info(h) for h in hashes}
+    cas = LocalCAS(root, durable=False)
+    assert cas.describe([*hashes, unknown, hashes[0]]) == set(hashes)
+
+    def no_index() -> None:
+        raise AssertionError("file_info queried the index after describe")
+
+    cas._db = no_index  # type: ignore[method-assign]  # described: answered from memory
+    assert {h: cas.file_info(h) for h in hashes} == expected
+
+
+def test_describe_leaves_a_hostile_block_to_file_info(tmp_path: str) -> None:
+    root = os.path.join(tmp_path, "cas")
+    rnd = random.Random(17)
+    with Ingestor(LocalCAS(root, durable=False)) as ing:
+        hashes = [ing.add_stream(io.BytesIO(rnd.randbytes(3000 + i))).file_hash for i in range(5)]
+        ing.flush()
+    cas = LocalCAS(root, durable=False)
+    name, pos = (
+        cas._db().execute("SELECT shard, pos FROM files WHERE hash = ?", (hashes[2],)).fetchone()
+    )
+    corrupt_one_byte(cas.shard_path(name), pos)  # the block now names another file
+    cas = LocalCAS(root, durable=False)
+    assert hashes[2] not in cas.describe(hashes)  # a hint: it never raises
+    with pytest.raises(ShardFormatError):
+        cas.file_info(hashes[2])
+    assert cas.file_info(hashes[0]) == LocalCAS(root, durable=False).file_info(hashes[0])

@@ -799,3 +799,69 @@ def test_first_read_from_a_server_describes_its_neighbours_at_once(tmp_path: Pat
             assert [len(a) for a in asked] == [12, 6]  # x0 and x1 (x2... are described)
     finally:
         cas.close()
+
+
+def test_first_event_loop_read_from_a_local_store_describes_its_listed_neighbours(
+    tmp_path: Path,
+) -> None:
+    """A local store (reads served on the event loop, ``try_read``) is asked too, at the
+    first read of a pointer file, for the pointer files around it in one call, but only
+    in directories already listed: nothing is listed (no git) on an event loop."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
+    rnd = random.Random(9)
+    files: dict[str, bytes] = {}
+    with Ingestor(cas) as ing:
+        for d in range(6):
+            for i in range(3):
+                data = rnd.randbytes(200 + i)
+                r = ing.add_stream(io.BytesIO(data))
+                ptr = Pointer(sha256=r.sha256, size=r.size, xet_hash=to_hex(r.file_hash))
+                write(repo, f"imgs/x{d}/f{i}.bin", ptr.encode())
+                files[f"imgs/x{d}/f{i}.bin"] = data
+        ing.flush()
+    write(repo, "imgs/x0/notes.txt", b"plain\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "small files")
+    head = git(repo, "rev-parse", "HEAD").strip()
+    asked: list[set[bytes]] = []
+
+    class Server:
+        """The store, seen as a server that can describe many files at once."""
+
+        is_local = True
+
+        def describe(self, hashes: list[bytes], *, keep: bool = True) -> set[bytes]:
+            asked.append(set(hashes))
+            return set(hashes)
+
+        def file_info(self, file_hash: bytes):  # type: ignore[no-untyped-def]
+            return cas.file_info(file_hash)
+
+        def layout(self, xorb_hash: bytes):  # type: ignore[no-untyped-def]
+            return cas.layout(xorb_hash)
+
+        def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
+            return cas.read_chunks(xorb_hash, start, end)
+
+    try:
+        with CommitFS(str(repo), head, Server()) as fs:
+            for d in (b"imgs", b"imgs/x2"):  # listed, as a lookup lists them
+                fs.readdir(fs.resolve_path(d).ino)
+            first = fs.resolve_path(b"imgs/x2/f1.bin")
+            fs.try_read(first.ino, 0, 1000)
+            assert [len(a) for a in asked] == [3]  # x2 only: x3... are not listed yet
+            fs.try_read(fs.resolve_path(b"imgs/x2/f0.bin").ino, 0, 1000)
+            assert len(asked) == 1
+            fs.readdir(fs.resolve_path(b"imgs/x3").ino)
+            fs.readdir(fs.resolve_path(b"imgs/x4").ino)  # listed: described with x3
+            third = fs.resolve_path(b"imgs/x3/f0.bin")
+            fs.try_read(third.ino, 0, 1000)
+            assert [len(a) for a in asked] == [3, 6]
+            for name in ("imgs/x2/f1.bin", "imgs/x3/f0.bin", "imgs/x4/f2.bin"):
+                assert fs.read(fs.resolve_path(name.encode()).ino, 0, 1000) == files[name]
+            assert len(asked) == 2
+    finally:
+        cas.close()
