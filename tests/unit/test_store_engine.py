@@ -420,12 +420,18 @@ def test_the_sha256_of_ranges_written_at_offsets_out_of_order_is_that_of_the_fil
     assert not callable(getattr(plain, "write_at", None))
 
 
+def _small_files(root: str, n: int) -> list[bytes]:
+    """File hashes of ``n`` small files stored in one session (one shard) at ``root``."""
+    rnd = random.Random(n)
+    with Ingestor(LocalCAS(root, durable=False)) as ing:
+        hashes = [ing.add_stream(io.BytesIO(rnd.randbytes(3000 + i))).file_hash for i in range(n)]
+        ing.flush()
+    return hashes
+
+
 def test_describe_reads_many_files_descriptions_at_once(tmp_path: str) -> None:
     root = os.path.join(tmp_path, "cas")
-    rnd = random.Random(16)
-    with Ingestor(LocalCAS(root, durable=False)) as ing:
-        hashes = [ing.add_stream(io.BytesIO(rnd.randbytes(3000 + i))).file_hash for i in range(30)]
-        ing.flush()
+    hashes = _small_files(root, 30)
     unknown = bytes(range(32))
     expected = {h: LocalCAS(root, durable=False).file_info(h) for h in hashes}
     cas = LocalCAS(root, durable=False)
@@ -440,10 +446,7 @@ def test_describe_reads_many_files_descriptions_at_once(tmp_path: str) -> None:
 
 def test_describe_leaves_a_hostile_block_to_file_info(tmp_path: str) -> None:
     root = os.path.join(tmp_path, "cas")
-    rnd = random.Random(17)
-    with Ingestor(LocalCAS(root, durable=False)) as ing:
-        hashes = [ing.add_stream(io.BytesIO(rnd.randbytes(3000 + i))).file_hash for i in range(5)]
-        ing.flush()
+    hashes = _small_files(root, 5)
     cas = LocalCAS(root, durable=False)
     name, pos = (
         cas._db().execute("SELECT shard, pos FROM files WHERE hash = ?", (hashes[2],)).fetchone()

@@ -741,10 +741,32 @@ def test_try_read_of_a_local_store_reads_cached_pages_without_read(
         assert fs.try_read(ino, 10, len(want)) == want[10:]
 
 
-def test_first_read_from_a_server_describes_its_neighbours_at_once(tmp_path: Path) -> None:
-    """A source that describes files in batches (a CAS server's) is asked, at the first
-    read of a pointer file, for the pointer files of its directory and of the small
-    directories after it in one call; reads in those directories then ask nothing."""
+class _Describing:
+    """A store seen as a source that describes many files at once (a CAS server's, or a
+    local store's with ``is_local``); ``asked`` records each batch."""
+
+    def __init__(self, cas: LocalCAS, *, is_local: bool) -> None:
+        self.cas = cas
+        self.is_local = is_local
+        self.asked: list[set[bytes]] = []
+
+    def describe(self, hashes: list[bytes], *, keep: bool = True) -> set[bytes]:
+        self.asked.append(set(hashes))
+        return set(hashes)
+
+    def file_info(self, file_hash: bytes):  # type: ignore[no-untyped-def]
+        return self.cas.file_info(file_hash)
+
+    def layout(self, xorb_hash: bytes):  # type: ignore[no-untyped-def]
+        return self.cas.layout(xorb_hash)
+
+    def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
+        return self.cas.read_chunks(xorb_hash, start, end)
+
+
+def _six_image_dirs(tmp_path: Path) -> tuple[Path, str, LocalCAS, dict[str, bytes]]:
+    """A commit of imgs/x0..x5 with three pointer files each (and one plain file in x0):
+    (repository, commit, store, the files' bytes)."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q")
@@ -763,29 +785,18 @@ def test_first_read_from_a_server_describes_its_neighbours_at_once(tmp_path: Pat
     write(repo, "imgs/x0/notes.txt", b"plain\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "small files")
-    head = git(repo, "rev-parse", "HEAD").strip()
-    asked: list[set[bytes]] = []
+    return repo, git(repo, "rev-parse", "HEAD").strip(), cas, files
 
-    class Server:
-        """The store, seen as a server that can describe many files at once."""
 
-        is_local = False
-
-        def describe(self, hashes: list[bytes], *, keep: bool = True) -> set[bytes]:
-            asked.append(set(hashes))
-            return {h for h in hashes if cas.file_info(h) is not None}
-
-        def file_info(self, file_hash: bytes):  # type: ignore[no-untyped-def]
-            return cas.file_info(file_hash)
-
-        def layout(self, xorb_hash: bytes):  # type: ignore[no-untyped-def]
-            return cas.layout(xorb_hash)
-
-        def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
-            return cas.read_chunks(xorb_hash, start, end)
-
+def test_first_read_from_a_server_describes_its_neighbours_at_once(tmp_path: Path) -> None:
+    """A source that describes files in batches (a CAS server's) is asked, at the first
+    read of a pointer file, for the pointer files of its directory and of the small
+    directories after it in one call; reads in those directories then ask nothing."""
+    repo, head, cas, files = _six_image_dirs(tmp_path)
+    server = _Describing(cas, is_local=False)
+    asked = server.asked
     try:
-        with CommitFS(str(repo), head, Server()) as fs:
+        with CommitFS(str(repo), head, server) as fs:
             first = fs.resolve_path(b"imgs/x2/f1.bin")
             assert fs.read(first.ino, 0, 1000) == files["imgs/x2/f1.bin"]
             # x2 and the directories after it (x0 and x1 come before it): 12 files, one call
@@ -807,47 +818,11 @@ def test_first_event_loop_read_from_a_local_store_describes_its_listed_neighbour
     """A local store (reads served on the event loop, ``try_read``) is asked too, at the
     first read of a pointer file, for the pointer files around it in one call, but only
     in directories already listed: nothing is listed (no git) on an event loop."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
-    rnd = random.Random(9)
-    files: dict[str, bytes] = {}
-    with Ingestor(cas) as ing:
-        for d in range(6):
-            for i in range(3):
-                data = rnd.randbytes(200 + i)
-                r = ing.add_stream(io.BytesIO(data))
-                ptr = Pointer(sha256=r.sha256, size=r.size, xet_hash=to_hex(r.file_hash))
-                write(repo, f"imgs/x{d}/f{i}.bin", ptr.encode())
-                files[f"imgs/x{d}/f{i}.bin"] = data
-        ing.flush()
-    write(repo, "imgs/x0/notes.txt", b"plain\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "small files")
-    head = git(repo, "rev-parse", "HEAD").strip()
-    asked: list[set[bytes]] = []
-
-    class Server:
-        """The store, seen as a server that can describe many files at once."""
-
-        is_local = True
-
-        def describe(self, hashes: list[bytes], *, keep: bool = True) -> set[bytes]:
-            asked.append(set(hashes))
-            return set(hashes)
-
-        def file_info(self, file_hash: bytes):  # type: ignore[no-untyped-def]
-            return cas.file_info(file_hash)
-
-        def layout(self, xorb_hash: bytes):  # type: ignore[no-untyped-def]
-            return cas.layout(xorb_hash)
-
-        def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
-            return cas.read_chunks(xorb_hash, start, end)
-
+    repo, head, cas, files = _six_image_dirs(tmp_path)
+    store = _Describing(cas, is_local=True)
+    asked = store.asked
     try:
-        with CommitFS(str(repo), head, Server()) as fs:
+        with CommitFS(str(repo), head, store) as fs:
             for d in (b"imgs", b"imgs/x2"):  # listed, as a lookup lists them
                 fs.readdir(fs.resolve_path(d).ino)
             first = fs.resolve_path(b"imgs/x2/f1.bin")
