@@ -1008,10 +1008,10 @@ class CommitFS:
             if inline:  # only what the listings found: no git on an event loop
                 with self._lock:
                     infos = [self._infos.get(sha) for sha in shas]
-                pointers = {i.pointer.xet_hash: i.pointer for i in infos if i and i.pointer}
+                found = [i.pointer for i in infos if i is not None and i.pointer is not None]
             else:
-                pointers = self._batch_infos(shas, here.shown)[1]
-            hashes = [from_hex(p.xet_hash) for p in pointers.values() if p.size]
+                found = list(self._batch_infos(shas, here.shown)[1].values())
+            hashes = list(dict.fromkeys(from_hex(p.xet_hash) for p in found if p.size))
             if len(hashes) > 1:
                 describe(hashes)
             with self._lock:
