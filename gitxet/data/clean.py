@@ -49,6 +49,25 @@ class IngestResult:
     reused_bytes: int  # bytes deduplicated against the store or this session
 
 
+@dataclass(frozen=True, slots=True)
+class Hashed:
+    """What ingesting a small file needs to compute from its bytes alone (see
+    :func:`hash_small`): its chunks, their hashes, its file hash and its SHA-256."""
+
+    chunks: list[bytes]
+    hashes: list[bytes]
+    file_hash: bytes
+    sha256: str
+
+
+def hash_small(data: bytes) -> Hashed:
+    """Chunk and hash a small file held in memory (thread-safe: no store, no session)."""
+    chunks = chunk_bytes(data)
+    hashes = [chunk_hash(c) for c in chunks]
+    fh = file_hash(list(zip(hashes, (len(c) for c in chunks), strict=True)))
+    return Hashed(chunks, hashes, fh, hashlib.sha256(data).hexdigest())
+
+
 @dataclass
 class _Term:
     xorb: XorbRef
@@ -221,15 +240,14 @@ class Ingestor:
                 progress(sum(len(c) for c in block.chunks))
         return self._finish_file(acc, cs.file_hash, cs.size, cs.sha256)
 
-    def add_bytes(self, data: bytes) -> IngestResult:
+    def add_bytes(self, data: bytes, hashed: Hashed | None = None) -> IngestResult:
         """:meth:`add_stream` for a small file already in memory: chunked and hashed on this
-        thread, without the pipeline's thread hand-offs (which cost more than the work)."""
-        chunks = chunk_bytes(data)
-        hashes = [chunk_hash(c) for c in chunks]
+        thread, without the pipeline's thread hand-offs (which cost more than the work).
+        ``hashed``: :func:`hash_small` of exactly these bytes, computed earlier."""
+        h = hashed or hash_small(data)
         acc = _FileAcc()
-        self._add_block(acc, chunks, hashes, compress=False)
-        fh = file_hash(list(zip(hashes, (len(c) for c in chunks), strict=True)))
-        return self._finish_file(acc, fh, len(data), hashlib.sha256(data).hexdigest())
+        self._add_block(acc, h.chunks, h.hashes, compress=False)
+        return self._finish_file(acc, h.file_hash, len(data), h.sha256)
 
     def _add_block(
         self,

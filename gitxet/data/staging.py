@@ -37,10 +37,11 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO
 
-from gitxet.data.clean import Ingestor, IngestResult
+from gitxet.data.clean import Hashed, Ingestor, IngestResult
 from gitxet.data.dedup import RemoteDedup
 from gitxet.formats import xorb as xorbfmt
 from gitxet.store.cas import LocalCAS
@@ -131,11 +132,18 @@ class StagedIngest:
             )
         return self._ingestor
 
-    def add(self, stream: BinaryIO, head: bytes = b"") -> IngestResult:
+    def add(
+        self,
+        stream: BinaryIO,
+        head: bytes = b"",
+        hashed: Callable[[bytes], Hashed | None] | None = None,
+    ) -> IngestResult:
         """Ingest one file (``head``, then the rest of ``stream``). Its data is in the store,
-        or in a journal, when this returns."""
+        or in a journal, when this returns. ``hashed(data)``: the :func:`hash_small` of a
+        small file's bytes if it is known already (else None)."""
         if len(head) <= self.stage_max:
             head += read_up_to(stream, self.stage_max + 1 - len(head))
+        known = hashed(head) if hashed is not None and len(head) <= self.stage_max else None
         with self._lock:
             self._check_storing()
             ing = self._session()
@@ -147,7 +155,7 @@ class StagedIngest:
                 j.write(_LEN.pack(len(head)))
                 j.write(head)
                 j.flush()  # in the kernel: survives this process, like git's loose objects
-                result = ing.add_bytes(head)
+                result = ing.add_bytes(head, known)
                 self._staged_files += 1
                 if self._staged_files >= self.batch_files:
                     self._rotate_locked()

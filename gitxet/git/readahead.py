@@ -8,6 +8,14 @@ the work tree in git's path order from there, asking the kernel to start reading
 files (``POSIX_FADV_WILLNEED``: the pages come into the cache while git reads the files
 before them), so git's own read finds them there.
 
+With a ``prepare`` function, the same thread also reads the first few small files of its
+window and computes ``prepare(content)`` (the filter's chunking and hashing) on the other
+core while git is still busy with the files before them; :meth:`CleanReadahead.take` hands
+that result over only if the content git sent is byte for byte the content prepared (a
+file changed in between is prepared again by the filter itself). It prepares only while
+the results are taken: after :data:`PREPARE_UNUSED` unused ones in a row it stops until the
+next :meth:`~CleanReadahead.take`.
+
 Only a hint, bounded and self-correcting: it reads ahead at most :data:`WINDOW_FILES`
 files and :data:`WINDOW_BYTES` bytes, starts with a small window that doubles while git
 asks for the files it predicted, and falls back to the small window from the requested
@@ -23,9 +31,10 @@ import os
 import stat
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
-__all__ = ["CleanReadahead"]
+__all__ = ["CleanReadahead", "walk_after"]
 
 #: most files read ahead of the last requested one
 WINDOW_FILES = 128
@@ -33,6 +42,16 @@ WINDOW_FILES = 128
 WINDOW_BYTES = 64 << 20
 #: the window after a start or a miss (doubles on each hit)
 FIRST_WINDOW = 4
+#: files prepared at most this far ahead of the last requested one ...
+PREPARE_FILES = 32
+#: ... holding at most this many bytes of content
+PREPARE_BYTES = 16 << 20
+#: files bigger than this are not prepared
+PREPARE_MAX = 1 << 20
+#: prepared results dropped unused in a row before preparing stops
+PREPARE_UNUSED = 32
+
+T = TypeVar("T")
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
 
@@ -66,7 +85,21 @@ def walk_after(root: bytes, start: bytes) -> Iterator[bytes]:
     return walk(b"")
 
 
-class CleanReadahead:
+class _Ahead(Generic[T]):
+    """A file read ahead: its path, the bytes advised, and once prepared its content and
+    what ``prepare`` made of it."""
+
+    __slots__ = ("data", "prepared", "rel", "size", "tried")
+
+    def __init__(self, rel: bytes, size: int) -> None:
+        self.rel = rel
+        self.size = size
+        self.tried = False
+        self.data: bytes | None = None
+        self.prepared: T | None = None
+
+
+class CleanReadahead(Generic[T]):
     """Reads ahead (see the module docstring) in the work tree at ``root``; thread-safe.
     :meth:`close` it when the filter conversation ends."""
 
@@ -74,21 +107,34 @@ class CleanReadahead:
         self,
         root: str | os.PathLike[str],
         *,
+        prepare: Callable[[bytes], T] | None = None,
         window_files: int = WINDOW_FILES,
         window_bytes: int = WINDOW_BYTES,
     ) -> None:
         self._root = os.fsencode(root)
+        self._prepare = prepare
         self._max_files = window_files
         self._max_bytes = window_bytes
         self._cond = threading.Condition()
+        # all below under _cond
         self._latest: bytes | None = None
         self._closed = False
         self._idle = True
+        self._ahead: deque[_Ahead[T]] = deque()  # read ahead; [0] may be the current request
+        self._ahead_bytes = 0
+        self._prepared_bytes = 0
+        self._window = FIRST_WINDOW
+        self._walk_done = True
+        self._preparing = False  # results are being taken
+        self._unused = 0  # prepared results dropped untaken, in a row
         self._thread: threading.Thread | None = None
         #: files the kernel was asked to read (for tests and statistics)
         self.advised = 0
         #: requests for a file that had been read ahead
         self.hits = 0
+        #: files prepared, and prepared results taken
+        self.prepared = 0
+        self.taken = 0
 
     def saw(self, path: str) -> None:
         """git asked to clean ``path`` (relative to the work tree): read on from there."""
@@ -104,6 +150,29 @@ class CleanReadahead:
                 self._thread.start()
             self._cond.notify_all()
 
+    def take(self, path: str, data: bytes) -> T | None:
+        """What ``prepare`` made of ``path``'s content, if it prepared exactly ``data``; a
+        call also asks for the next files to be prepared."""
+        rel = os.fsencode(path)
+        with self._cond:
+            if not self._preparing:
+                self._preparing = True
+                self._idle = self._thread is None
+                self._cond.notify_all()
+            for e in self._ahead:
+                if e.rel != rel:
+                    continue
+                got, prepared = e.data, e.prepared
+                if got is None or prepared is None:
+                    return None
+                self._forget_locked(e)
+                if got != data:
+                    return None
+                self._unused = 0
+                self.taken += 1
+                return prepared
+        return None
+
     def settled(self, timeout: float) -> bool:
         """Wait until the thread has nothing left to do (its window full, or the walk
         over) or ``timeout`` seconds; whether it settled (for tests)."""
@@ -118,66 +187,133 @@ class CleanReadahead:
             thread = self._thread
         if thread is not None:
             thread.join()
+        self._ahead.clear()
+
+    # ---- the thread (state under _cond; file work outside it) ----------------------------
+
+    def _forget_locked(self, e: _Ahead[T]) -> None:
+        if e.data is not None:
+            self._prepared_bytes -= len(e.data)
+        e.data = e.prepared = None
+
+    def _drop_locked(self) -> None:
+        e = self._ahead.popleft()
+        self._ahead_bytes -= e.size
+        if e.prepared is not None:
+            self._unused += 1
+            if self._unused >= PREPARE_UNUSED:
+                self._preparing = False
+        self._forget_locked(e)
+
+    def _seen_locked(self, latest: bytes) -> bool:
+        """Account for a request; True when the walk must start over from it."""
+        if any(e.rel == latest for e in self._ahead):
+            self.hits += 1
+            self._window = min(self._window * 2, self._max_files)
+            while self._ahead[0].rel != latest:
+                self._drop_locked()
+            return False
+        while self._ahead:
+            self._drop_locked()
+        self._window = FIRST_WINDOW
+        self._walk_done = False
+        return True
+
+    def _to_prepare_locked(self) -> _Ahead[T] | None:
+        if self._prepare is None or not self._preparing:
+            return None
+        for i, e in enumerate(self._ahead):
+            if i >= PREPARE_FILES or self._prepared_bytes + e.size > PREPARE_BYTES:
+                return None
+            if not e.tried and e.size <= PREPARE_MAX:
+                return e
+        return None
+
+    def _advise_more_locked(self) -> bool:
+        return (
+            not self._walk_done
+            and len(self._ahead) < self._window
+            and self._ahead_bytes < self._max_bytes
+        )
 
     def _run(self) -> None:
-        ahead: deque[tuple[bytes, int]] = deque()  # read ahead, not requested yet
-        ahead_bytes = 0
-        window = FIRST_WINDOW
         files: Iterator[bytes] = iter(())
         while True:
             with self._cond:
-                while (
-                    not self._closed
-                    and self._latest is None
-                    and (len(ahead) >= window or ahead_bytes >= self._max_bytes)
-                ):
-                    self._wait_idle()
-                if self._closed:
-                    return
-                latest, self._latest = self._latest, None
-            if latest is not None:
-                if any(p == latest for p, _ in ahead):
-                    self.hits += 1
-                    window = min(window * 2, self._max_files)
-                    while ahead:
-                        p, n = ahead.popleft()
-                        ahead_bytes -= n
-                        if p == latest:
-                            break
-                else:  # not what we predicted: start over from there
-                    ahead.clear()
-                    ahead_bytes = 0
-                    window = FIRST_WINDOW
-                    files = walk_after(self._root, latest)
+                while True:
+                    if self._closed:
+                        return
+                    if self._latest is not None:
+                        latest, self._latest = self._latest, None
+                        if self._seen_locked(latest):
+                            files = walk_after(self._root, latest)
+                        continue
+                    advise = self._advise_more_locked()
+                    todo = None if advise else self._to_prepare_locked()
+                    if advise or todo is not None:
+                        break
+                    self._idle = True
+                    self._cond.notify_all()
+                    self._cond.wait()
+                if todo is not None:
+                    todo.tried = True
+            if todo is not None:
+                self._prepare_one(todo)
                 continue
             rel = next(files, None)
-            if rel is None:
-                with self._cond:  # the walk is over: wait for a request
-                    while not self._closed and self._latest is None:
-                        self._wait_idle()
-                continue
-            ahead.append((rel, n := self._advise(rel)))
-            ahead_bytes += n
-
-    def _wait_idle(self) -> None:
-        self._idle = True
-        self._cond.notify_all()
-        self._cond.wait()
+            n = 0 if rel is None else self._advise(rel)
+            with self._cond:
+                if rel is None:
+                    self._walk_done = True
+                else:
+                    self._ahead.append(_Ahead(rel, n))
+                    self._ahead_bytes += n
 
     def _advise(self, rel: bytes) -> int:
         """Ask the kernel to read ``rel`` into the page cache; its size (0 if unreadable)."""
-        try:
-            fd = os.open(os.path.join(self._root, rel), _OPEN_FLAGS)
-        except OSError:
+        fd = self._open(rel)
+        if fd is None:
             return 0
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return 0
-            n = min(st.st_size, self._max_bytes)
+            n = min(os.fstat(fd).st_size, self._max_bytes)
             with contextlib.suppress(OSError):
                 os.posix_fadvise(fd, 0, n, os.POSIX_FADV_WILLNEED)
             self.advised += 1
             return n
         finally:
             os.close(fd)
+
+    def _open(self, rel: bytes) -> int | None:
+        """A descriptor of the regular file ``rel``, or None."""
+        try:
+            fd = os.open(os.path.join(self._root, rel), _OPEN_FLAGS)
+        except OSError:
+            return None
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return fd
+        except OSError:
+            pass
+        os.close(fd)
+        return None
+
+    def _prepare_one(self, e: _Ahead[T]) -> None:
+        assert self._prepare is not None
+        fd = self._open(e.rel)
+        if fd is None:
+            return
+        try:
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read(PREPARE_MAX + 1)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+        if len(data) > PREPARE_MAX:
+            return
+        prepared = self._prepare(data)
+        self.prepared += 1
+        with self._cond:
+            if any(x is e for x in self._ahead):  # still ahead of git
+                e.data, e.prepared = data, prepared
+                self._prepared_bytes += len(data)

@@ -12,10 +12,11 @@ import io
 import json
 import threading
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
-from gitxet.data.clean import Ingestor, IngestResult
+from gitxet.data.clean import Hashed, Ingestor, IngestResult, hash_small
 from gitxet.data.dedup import RemoteDedup
 from gitxet.data.staging import StagedIngest
 from gitxet.data.staging import recover as recover_staged
@@ -70,7 +71,7 @@ class FilterHandler:
         self._attrs: AttrQuery | None = None
         self._delay_ok: bool | None = None
         self._staged: StagedIngest | None = None
-        self._readahead: CleanReadahead | None = None
+        self._readahead: CleanReadahead[Hashed] | None = None
         self._recovered = False  # dead sessions' journals stored by this process
         self._dedup: RemoteDedup | bool | None = None  # False: no CAS server to dedup with
 
@@ -154,7 +155,9 @@ class FilterHandler:
         staged = self._staged
         if staged is not None:
             staged.dedup = dedup
-            result = staged.add(src, head)
+            ra = self._readahead
+            hashed = None if ra is None or not path else partial(ra.take, path)
+            result = staged.add(src, head, hashed)
         else:
             if not self._recovered:
                 # what a dead filter session journaled is stored first, so this file finds
@@ -199,11 +202,12 @@ class FilterHandler:
     def staging(self) -> Iterator[StagedIngest]:
         """Batch the cleans done inside: small files share xorbs and the store is written
         per batch, each staged file's bytes journaled first (see ``data.staging``), and the
-        work-tree files git will clean next are read ahead (``git.readahead``). What a
+        work-tree files git will clean next are read ahead, the first few of them chunked
+        and hashed ahead on another core (``git.readahead``). What a
         dead earlier session left is stored first."""
         self.recover_staged()
         if self.worktree is not None:
-            self._readahead = CleanReadahead(self.worktree)
+            self._readahead = CleanReadahead(self.worktree, prepare=hash_small)
         try:
             with StagedIngest(self.cas) as staged:
                 self._staged = staged

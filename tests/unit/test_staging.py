@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gitxet.data.clean import Ingestor
+from gitxet.data.clean import Hashed, Ingestor, hash_small
 from gitxet.data.reconstruct import FileReader
 from gitxet.data.staging import StagedIngest, journal_dir, recover
 from gitxet.store.cas import LocalCAS
@@ -40,6 +40,26 @@ def test_small_files_share_xorbs_and_one_shard_per_batch(tmp_path: Path) -> None
     assert len(list(cas.shard_names())) == 1
     assert os.listdir(journal_dir(cas)) == []  # closed: journal removed
     for d, r in zip(datas, results, strict=True):
+        assert _read(cas, r.file_hash) == d
+
+
+def test_files_hashed_ahead_are_stored_as_those_hashed_here(tmp_path: Path) -> None:
+    datas = _files(40, seed=5)
+    asked: list[bytes] = []
+
+    def ahead(data: bytes) -> Hashed | None:
+        asked.append(data)
+        return hash_small(data) if len(asked) % 2 else None  # every other one known
+
+    plain = LocalCAS(str(tmp_path / "plain"), durable=False)
+    with StagedIngest(plain) as st:
+        want = [st.add(io.BytesIO(d)) for d in datas]
+    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
+    with StagedIngest(cas) as st:
+        got = [st.add(io.BytesIO(d), b"", ahead) for d in datas]
+    assert asked == datas  # asked with each file's whole content
+    assert got == want
+    for d, r in zip(datas, got, strict=True):
         assert _read(cas, r.file_hash) == d
 
 
