@@ -49,7 +49,8 @@ def commit_blob(work: Path, name: str, blob: bytes, message: str) -> None:
 
 
 def one_line(stderr: str) -> str:
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    """The error's line: the last one that is not a hint."""
+    lines = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith("hint: ")]
     assert "Traceback" not in stderr, stderr
     return lines[-1]
 
