@@ -58,11 +58,11 @@ from gitxet.formats.shard import FileInfo, Shard, parse_shard
 from gitxet.formats.xorb import verify_xorb
 from gitxet.hashing import from_hex, to_hex
 from gitxet.remote import protocol as p
-from gitxet.remote._sync_only import without_async_libraries
+from gitxet.remote._sync_only import without_unused
 from gitxet.settings import strip_credentials
 from gitxet.util.retry import Retry, RetryPolicy, retry_call
 
-with without_async_libraries():  # gitxet.remote._sync_only: ~0.07 s of every cold start
+with without_unused():  # gitxet.remote._sync_only: ~0.15 s of every cold start
     import httpx
 
     importlib.import_module("httpcore")  # what the first httpx.Client imports
