@@ -70,7 +70,8 @@ _INO_MASK = (1 << 63) - 1  # inode numbers are 63-bit: they stay positive as sig
 _INO_PERSON = b"gitxet.vfs.ino"  # blake2b personalisation: domain-separates the hash
 
 _MAX_SPOOLS = 8  # big plain blobs kept in temporary files
-_IDLE_BEFORE_STATS = 0.5  # seconds without a listing before statfs is summed in the background
+_IDLE_BEFORE_STATS = 0.5  # seconds without a listing or a first read of a file before statfs
+# is summed in the background (its walk would compete with them for the one interpreter)
 _MAX_INFOS = 1 << 16  # blob sizes/pointers remembered (a node keeps its own attributes)
 #: pointer files of a directory described together when the first of them is read from a
 #: server (one request for them all, :meth:`CommitFS._describe_around`)
@@ -369,7 +370,7 @@ class CommitFS:
         self._expanded_all = False
         self._stats: FSStats | None = None
         self._stats_started = False
-        self._busy_at = 0.0  # when a listing last ran (the background statfs waits for calm)
+        self._busy_at = 0.0  # when a listing or a file's first read last ran (statfs waits)
         self._git = GitObjects(repo_path)
         self._prefetcher = _Prefetcher(self._prefetch_one)
         try:
@@ -656,6 +657,7 @@ class CommitFS:
         try:
             with nowait():
                 if reader is None:
+                    self._busy_at = time.monotonic()  # a reader of files: statfs waits
                     self._describe_around(node)  # its neighbours' descriptions, in one batch
                     reader = FileReader(
                         self._source, from_hex(info.pointer.xet_hash), cache=self._cache
@@ -953,6 +955,7 @@ class CommitFS:
 
     def _read_pointer(self, node: _Node, pointer: Pointer, offset: int, size: int) -> bytes:
         if self._readers.get(pointer.xet_hash) is None:
+            self._busy_at = time.monotonic()  # a reader of files: statfs waits
             self._describe_around(node)
         try:
             reader = self._reader(pointer)

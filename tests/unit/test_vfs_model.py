@@ -826,7 +826,9 @@ def test_first_event_loop_read_from_a_local_store_describes_its_listed_neighbour
             for d in (b"imgs", b"imgs/x2"):  # listed, as a lookup lists them
                 fs.readdir(fs.resolve_path(d).ino)
             first = fs.resolve_path(b"imgs/x2/f1.bin")
+            listed_at = fs._busy_at
             fs.try_read(first.ino, 0, 1000)
+            assert fs._busy_at > listed_at  # a first read: the background statfs waits too
             assert [len(a) for a in asked] == [3]  # x2 only: x3... are not listed yet
             fs.try_read(fs.resolve_path(b"imgs/x2/f0.bin").ino, 0, 1000)
             assert len(asked) == 1
