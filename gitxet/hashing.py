@@ -6,6 +6,7 @@ little-endian u64, so it is *not* ``bytes.hex()``; see docs/internals/formats.md
 
 from __future__ import annotations
 
+import array
 import struct
 from collections.abc import Iterable, Sequence
 
@@ -74,38 +75,56 @@ def chunk_hash(data: bytes | memoryview) -> bytes:
     return blake3.blake3(data, key=DATA_KEY).digest()
 
 
-def _merge(group: Sequence[tuple[bytes, int]]) -> tuple[bytes, int]:
-    text = "".join(f"{to_hex(h)} : {s}\n" for h, s in group)
-    return blake3.blake3(text.encode("ascii"), key=INTERNAL_NODE_KEY).digest(), sum(
-        s for _, s in group
-    )
-
-
-def _group_len(nodes: Sequence[tuple[bytes, int]], i: int) -> int:
-    m = len(nodes) - i
-    if m <= 2:
-        return m
-    top = min(9, m)
-    for j in range(2, top):
-        if last_word(nodes[i + j][0]) % 4 == 0:
-            return j + 1
-    return top
+def _group_ends(last_bytes: bytes) -> list[int]:
+    """Where each group of a Merkle level ends, given the first byte of each node's last
+    word (a node whose last word is 0 mod 4 closes its group; groups have 2 to 9 nodes)."""
+    ends: list[int] = []
+    n = len(last_bytes)
+    i = 0
+    while i < n:
+        m = n - i
+        if m <= 2:
+            k = m
+        else:
+            top = min(9, m)
+            k = top
+            for j in range(2, top):
+                if not last_bytes[i + j] & 3:
+                    k = j + 1
+                    break
+        i += k
+        ends.append(i)
+    return ends
 
 
 def merkle_root(entries: Sequence[tuple[bytes, int]]) -> bytes:
-    """Xet Merkle aggregation of (hash, size) pairs; the xorb hash of a xorb's chunks."""
-    nodes = list(entries)
-    if not nodes:
+    """Xet Merkle aggregation of (hash, size) pairs; the xorb hash of a xorb's chunks.
+
+    Each internal node is the keyed BLAKE3 of its children's ``"<xet hex> : <size>\\n"``
+    lines. A level's hex forms are made in one pass (every 8-byte word byte-swapped, then
+    ``bytes.hex``): a file's 16,000 chunks are hashed in about a third of the time of one
+    ``to_hex`` per node, which a reader pays before the first byte of a file it opens.
+    """
+    hashes = [h for h, _ in entries]
+    sizes = [s for _, s in entries]
+    if not hashes:
         return ZERO_HASH
-    while len(nodes) > 1:
-        merged: list[tuple[bytes, int]] = []
-        i = 0
-        while i < len(nodes):
-            k = _group_len(nodes, i)
-            merged.append(_merge(nodes[i : i + k]))
-            i += k
-        nodes = merged
-    return nodes[0][0]
+    while len(hashes) > 1:
+        words = array.array("Q", b"".join(hashes))
+        words.byteswap()  # each little-endian u64 word, printed most significant first
+        digits = words.tobytes().hex()
+        lines = [f"{digits[64 * i : 64 * i + 64]} : {s}\n" for i, s in enumerate(sizes)]
+        last = bytes(h[24] for h in hashes)  # last_word(h) % 4 == h[24] % 4
+        merged: list[bytes] = []
+        merged_sizes: list[int] = []
+        start = 0
+        for end in _group_ends(last):
+            text = "".join(lines[start:end])
+            merged.append(blake3.blake3(text.encode("ascii"), key=INTERNAL_NODE_KEY).digest())
+            merged_sizes.append(sum(sizes[start:end]))
+            start = end
+        hashes, sizes = merged, merged_sizes
+    return hashes[0]
 
 
 xorb_hash = merkle_root

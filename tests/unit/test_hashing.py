@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import random
 
+import blake3
 import pytest
 
 from gitxet import hashing
@@ -100,3 +102,35 @@ def test_dedup_eligibility() -> None:
     h = (1).to_bytes(8, "little") * 4
     assert not hashing.is_global_dedup_eligible(h, first_in_file=False)
     assert hashing.is_global_dedup_eligible(h, first_in_file=True)
+
+
+def _reference_root(entries: list[tuple[bytes, int]]) -> bytes:
+    """The Xet Merkle aggregation written plainly (one ``to_hex`` per node)."""
+    nodes = list(entries)
+    if not nodes:
+        return hashing.ZERO_HASH
+    while len(nodes) > 1:
+        merged = []
+        i = 0
+        while i < len(nodes):
+            m = len(nodes) - i
+            k = m if m <= 2 else min(9, m)
+            if m > 2:
+                for j in range(2, min(9, m)):
+                    if hashing.last_word(nodes[i + j][0]) % 4 == 0:
+                        k = j + 1
+                        break
+            group = nodes[i : i + k]
+            text = "".join(f"{hashing.to_hex(h)} : {s}\n" for h, s in group)
+            h = blake3.blake3(text.encode(), key=hashing.INTERNAL_NODE_KEY).digest()
+            merged.append((h, sum(s for _, s in group)))
+            i += k
+        nodes = merged
+    return nodes[0][0]
+
+
+def test_merkle_root_matches_the_plain_aggregation() -> None:
+    rnd = random.Random(11)
+    for n in [*range(0, 40), 81, 82, 730, 4096]:
+        entries = [(rnd.randbytes(32), rnd.randint(1, 1 << 17)) for _ in range(n)]
+        assert hashing.merkle_root(entries) == _reference_root(entries), n
