@@ -271,6 +271,9 @@ class FileReader:
 
     def _verify_structure(self, info: FileInfo) -> None:
         """Check the terms against xorb layouts and the file hash, before reading data."""
+        ahead = getattr(self.source, "layouts_ahead", None)
+        if ahead is not None and len(info.terms) > 1:
+            ahead([t.xorb_hash for t in info.terms])  # a remote source: asked in parallel
         entries: list[tuple[bytes, int]] = []
         for i, t in enumerate(info.terms):
             lay = self.source.layout(t.xorb_hash)

@@ -448,6 +448,26 @@ class RemoteChunkSource:
         with self._lock:
             return self._layouts.setdefault(xorb_hash, lay)
 
+    def layouts_ahead(self, xorb_hashes: Sequence[bytes]) -> None:
+        """Ask for the layouts of many xorbs at once (a file's, before its first byte is
+        served: every one is needed to check the file hash), :data:`DESCRIBE_WORKERS` at a
+        time instead of one round trip after the other. Best effort: a layout that cannot
+        be had is asked for again, and its error raised, by :meth:`layout`."""
+        with self._lock:
+            missing = [x for x in dict.fromkeys(xorb_hashes) if x not in self._layouts]
+        if len(missing) < 2 or self.offline or self._no_locations:
+            return
+
+        def one(xorb_hash: bytes) -> None:
+            with contextlib.suppress(GitxetError):
+                self.layout(xorb_hash)
+
+        # (a pool of its own: the caller may be a fetch thread, waiting on the fetch pool)
+        with ThreadPoolExecutor(
+            min(DESCRIBE_WORKERS, len(missing)), thread_name_prefix="gitxet-layouts"
+        ) as pool:
+            list(pool.map(one, missing))
+
     # ---- cached data -------------------------------------------------------------------
 
     def read_verified_part(self, xorb_hash: bytes, index: int, lo: int, hi: int) -> bytes | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -121,6 +121,11 @@ class CountingFetchSource(CountingSource):
 
     def stream_range(self, xorb_hash: bytes, lo: int, hi: int) -> Future[Segment]:
         return self.remote.stream_range(xorb_hash, lo, hi)
+
+    def layouts_ahead(self, xorb_hashes: Sequence[bytes]) -> None:
+        ahead = getattr(self.remote, "layouts_ahead", None)
+        if ahead is not None:
+            ahead(xorb_hashes)
 
 
 def counting(inner: ChunkSource, counter: _Counter) -> CountingSource:
