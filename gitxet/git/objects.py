@@ -28,6 +28,7 @@ from gitxet.git.catfile import Describer
 from gitxet.git.paths import unsafe_name
 
 __all__ = [
+    "EMPTY_TREE",
     "FILE_MODES",
     "MODE_DIR",
     "MODE_GITLINK",
@@ -37,11 +38,13 @@ __all__ = [
     "OBJ_TREE",
     "SUPPORTED_MODES",
     "GitObjects",
+    "Tree",
     "TreeRecord",
     "count_subtrees",
     "loose_size",
     "packed_size",
     "parse_tree",
+    "parse_tree_columns",
 ]
 
 # git tree entry modes
@@ -82,12 +85,39 @@ class TreeRecord(NamedTuple):
     sha: bytes
 
 
+class Tree(NamedTuple):
+    """A parsed tree as columns, in tree order (no object per entry: a listing parses
+    trees of thousands of entries)."""
+
+    names: Sequence[bytes]
+    modes: Sequence[int]
+    shas: Sequence[bytes]
+
+    def records(self) -> list[TreeRecord]:
+        """The entries one by one."""
+        return list(map(TreeRecord._make, zip(*self, strict=True)))
+
+
+EMPTY_TREE = Tree((), (), ())
+
+
 def parse_tree(
     raw: bytes,
     sha_len: int,
     what: str,
     hidden: Callable[[bytes, str], None] | None = None,
 ) -> list[TreeRecord]:
+    """The entries of a tree object that are safe to show, in tree order (see
+    :func:`parse_tree_columns`)."""
+    return parse_tree_columns(raw, sha_len, what, hidden).records()
+
+
+def parse_tree_columns(
+    raw: bytes,
+    sha_len: int,
+    what: str,
+    hidden: Callable[[bytes, str], None] | None = None,
+) -> Tree:
     """The entries of a tree object that are safe to show, in tree order.
 
     An entry is left out, and ``hidden(name, reason)`` called, when its name breaks the path
@@ -98,17 +128,18 @@ def parse_tree(
     Raises:
         FormatError: the tree's bytes are broken (a bad mode field, a truncated entry).
     """
-    fast = _parse_plain_tree(raw, sha_len)
+    fast = _plain_tree(raw, sha_len)
     if fast is not None:
-        return fast
+        modes, names, shas = fast
+        return Tree(names, list(map(_MODE_TEXT.__getitem__, modes)), shas)
     out: list[TreeRecord] = []
     seen: set[bytes] = set()
-    modes = _MODE_TEXT
+    modes_of = _MODE_TEXT
     pos, end = 0, len(raw)
     while pos < end:
         sp = raw.find(b" ", pos, pos + 8)
         mode_text = raw[pos:sp]
-        mode = modes.get(mode_text) if sp >= 0 else None  # common modes without int()
+        mode = modes_of.get(mode_text) if sp >= 0 else None  # common modes without int()
         if mode is None:
             if sp < 0 or not mode_text or mode_text.strip(b"01234567"):
                 raise FormatError(what, f"entry at byte {pos}: bad or missing mode")
@@ -130,11 +161,16 @@ def parse_tree(
             continue
         seen.add(name)
         out.append(TreeRecord(name, mode, sha))
-    return out
+    if not out:
+        return EMPTY_TREE
+    names, int_modes, shas = zip(*out, strict=True)
+    return Tree(names, int_modes, shas)
 
 
-def _plain_tree(raw: bytes, sha_len: int) -> list[tuple[bytes, bytes, bytes]] | None:
-    """``(mode text, name, id)`` of every entry, in C, when every entry of the tree is a
+def _plain_tree(
+    raw: bytes, sha_len: int
+) -> tuple[Sequence[bytes], Sequence[bytes], Sequence[bytes]] | None:
+    """``(mode texts, names, ids)`` of the entries, in C, when every entry of the tree is a
     plain one (see :func:`_plain_entries`) and no name repeats; else None (then the
     careful parse decides). Matches that add up to the tree's length tile it exactly, so
     they are the entries :func:`parse_tree` would read."""
@@ -142,18 +178,13 @@ def _plain_tree(raw: bytes, sha_len: int) -> list[tuple[bytes, bytes, bytes]] | 
     if pattern is None:
         return None
     found: list[tuple[bytes, bytes, bytes]] = pattern.findall(raw)
-    total = (2 + sha_len) * len(found) + sum(len(m) + len(n) for m, n, _ in found)
-    if total != len(raw) or len({n for _, n, _ in found}) != len(found):
+    if not found:
+        return ((), (), ()) if not raw else None
+    modes, names, shas = zip(*found, strict=True)
+    total = (2 + sha_len) * len(found) + sum(map(len, modes)) + sum(map(len, names))
+    if total != len(raw) or len(set(names)) != len(found):
         return None
-    return found
-
-
-def _parse_plain_tree(raw: bytes, sha_len: int) -> list[TreeRecord] | None:
-    found = _plain_tree(raw, sha_len)
-    if found is None:
-        return None
-    modes = _MODE_TEXT
-    return [TreeRecord(name, modes[mode], sha) for mode, name, sha in found]
+    return modes, names, shas
 
 
 def count_subtrees(raw: bytes, sha_len: int) -> int:
@@ -163,7 +194,7 @@ def count_subtrees(raw: bytes, sha_len: int) -> int:
     before them."""
     found = _plain_tree(raw, sha_len)
     if found is not None:
-        return sum(1 for mode, _, _ in found if mode == b"40000" or mode == b"160000")
+        return found[0].count(b"40000") + found[0].count(b"160000")
     count = 0
     pos, end = 0, len(raw)
     while pos < end:

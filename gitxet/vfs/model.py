@@ -26,6 +26,7 @@ import hashlib
 import logging
 import os
 import stat
+import struct
 import tempfile
 import threading
 import time
@@ -42,6 +43,7 @@ from gitxet.errors import (
 )
 from gitxet.formats.pointer import MAX_POINTER_SIZE, MIN_POINTER_SIZE, Pointer, looks_like_pointer
 from gitxet.git.objects import (
+    EMPTY_TREE,
     FILE_MODES,
     MODE_DIR,
     MODE_GITLINK,
@@ -49,9 +51,9 @@ from gitxet.git.objects import (
     OBJ_BLOB,
     OBJ_TREE,
     GitObjects,
-    TreeRecord,
+    Tree,
     count_subtrees,
-    parse_tree,
+    parse_tree_columns,
 )
 from gitxet.git.paths import PATH_MAX
 from gitxet.hashing import from_hex
@@ -271,7 +273,7 @@ class _Dir(_Node):
     ) -> None:
         super().__init__(ino, parent, name, mode, sha, NodeKind.DIR)
         self._path = path
-        self.entries: list[TreeRecord] | None = [] if mode == MODE_GITLINK else None
+        self.entries: Tree | None = EMPTY_TREE if mode == MODE_GITLINK else None
         self.names: list[bytes] | None = None
         self.order: list[_Node] = []
 
@@ -286,14 +288,19 @@ def inode_number(commit_hex: str, path: bytes) -> int:
 
 
 def inode_numbers(commit_hex: str, paths: list[bytes]) -> list[int]:
-    """:func:`inode_number` of many paths (the hash state of the commit is made once)."""
-    base = hashlib.blake2b(commit_hex.encode("ascii") + b"\0", digest_size=8, person=_INO_PERSON)
-    out: list[int] = []
+    """:func:`inode_number` of many paths (the hash state of the commit is made once; the
+    digests become numbers in one ``struct.unpack``)."""
+    copy = hashlib.blake2b(
+        commit_hex.encode("ascii") + b"\0", digest_size=8, person=_INO_PERSON
+    ).copy
+    digests = []
     for path in paths:
-        h = base.copy()
+        h = copy()
         h.update(path)
-        ino = int.from_bytes(h.digest(), "big") & _INO_MASK
-        out.append(ino if ino > ROOT_INO else ino + 2)
+        digests.append(h.digest())
+    out = [n & _INO_MASK for n in struct.unpack(f">{len(digests)}Q", b"".join(digests))]
+    if out and min(out) <= ROOT_INO:  # (0 and 1 are not inode numbers: 2**-62 a path)
+        out = [ino if ino > ROOT_INO else ino + 2 for ino in out]
     return out
 
 
@@ -384,7 +391,7 @@ class CommitFS:
     def _find_root(self, tree: bytes, parts: list[bytes]) -> _Dir:
         node = _Dir(ROOT_INO, None, b"", MODE_DIR, tree, b"")
         for part in parts:
-            entry = next((e for e in self._entries(node) if e.name == part), None)
+            entry = next((e for e in self._entries(node).records() if e.name == part), None)
             path = node.path + b"/" + part if node.path else part
             where = f"{path.decode('utf-8', errors='replace')!r} in commit {self._commit_hex}"
             if entry is None:
@@ -793,18 +800,18 @@ class CommitFS:
             raise NotADirectoryError(errno.ENOTDIR, f"{node.shown}: not a directory")
         return node
 
-    def _entries(self, node: _Dir) -> list[TreeRecord]:
+    def _entries(self, node: _Dir) -> Tree:
         entries = node.entries
         if entries is None:
             entries = node.entries = self._tree(node.sha, node.shown)
         return entries
 
-    def _tree(self, sha: bytes, shown: str) -> list[TreeRecord]:
-        def load() -> list[TreeRecord]:
+    def _tree(self, sha: bytes, shown: str) -> Tree:
+        def load() -> Tree:
             raw = self._git_op(shown, "read tree", lambda: self._git.raw(sha, OBJ_TREE))
             hidden: list[tuple[bytes, str]] = []
             try:
-                entries = parse_tree(
+                entries = parse_tree_columns(
                     raw, len(sha), f"tree {sha.hex()}", lambda n, why: hidden.append((n, why))
                 )
             except FormatError as exc:
@@ -827,35 +834,51 @@ class CommitFS:
         """A directory's children, sorted by name (created on the first call)."""
         if node.names is not None:
             return node.order
-        entries = self._entries(node)
+        names, modes, shas = self._entries(node)
         base = node.path
         # hash outside the lock: a directory can have 100k entries
-        paths = [base + b"/" + e.name if base else e.name for e in entries]
+        paths = [base + b"/" + name for name in names] if base else list(names)
         numbers = inode_numbers(self._commit_hex, paths)
+        kinds = list(map(_kind_of, modes))  # (parse_tree admits known modes only)
+        folder = NodeKind.DIR
         with self._lock:
             if node.names is not None:
                 return node.order
             nodes = self._nodes
-            kids: list[_Node] = []
-            for entry, path, ino in zip(entries, paths, numbers, strict=True):
-                while ino in nodes:  # 63-bit collision: probe, and say so
-                    log.warning("inode %d of %r collides with %s", ino, path, nodes[ino].shown)
-                    ino = ino + 1 if ino < _INO_MASK else ROOT_INO + 1
-                kind = _kind_of(entry.mode)
-                assert kind is not None  # parse_tree admits known modes only
-                child = (
-                    _Dir(ino, node, entry.name, entry.mode, entry.sha, path)
-                    if kind is NodeKind.DIR
-                    else _Node(ino, node, entry.name, entry.mode, entry.sha, kind)
+            if len(set(numbers)) != len(numbers) or not nodes.keys().isdisjoint(numbers):
+                numbers = self._probe(numbers, paths)
+            kids: list[_Node] = [
+                _Dir(ino, node, name, mode, sha, path)
+                if kind is folder
+                else _Node(ino, node, name, mode, sha, kind)  # type: ignore[arg-type]
+                for ino, name, mode, sha, kind, path in zip(
+                    numbers, names, modes, shas, kinds, paths, strict=True
                 )
-                nodes[ino] = child
-                kids.append(child)
-            kids.sort(key=_by_name)
+            ]
+            nodes.update(zip(numbers, kids, strict=True))
+            by_name = sorted(names)
+            if by_name != list(names):  # (tree order puts "a/" after "a-b": a directory)
+                kids.sort(key=_by_name)
             node.order = kids
-            node.size = 2 + sum(1 for c in kids if c.kind is NodeKind.DIR)  # nlink
-            node.names = [c.name for c in kids]
+            node.size = 2 + kinds.count(folder)  # nlink
+            node.names = by_name
             node.entries = None  # the children hold what is needed: free the parsed tree
         return kids
+
+    def _probe(self, numbers: list[int], paths: list[bytes]) -> list[int]:
+        """Inode numbers free of 63-bit collisions (with numbers handed out, or within
+        ``numbers``): the next free number, said in the log. Call with the lock held."""
+        nodes = self._nodes
+        taken: dict[int, bytes] = {}
+        out: list[int] = []
+        for ino, path in zip(numbers, paths, strict=True):
+            while ino in nodes or ino in taken:
+                other = nodes[ino].shown if ino in nodes else repr(taken[ino])
+                log.warning("inode %d of %r collides with %s", ino, path, other)
+                ino = ino + 1 if ino < _INO_MASK else ROOT_INO + 1
+            taken[ino] = path
+            out.append(ino)
+        return out
 
     def _child(self, node: _Dir, name: bytes) -> _Node | None:
         kids = self._children(node)
@@ -870,8 +893,8 @@ class CommitFS:
         if isinstance(node, _Dir):
             if node.size < 0:
                 try:
-                    entries = self._entries(node)
-                    node.size = 2 + sum(1 for e in entries if e.mode in _DIR_MODES)
+                    modes = self._entries(node).modes
+                    node.size = 2 + modes.count(MODE_DIR) + modes.count(MODE_GITLINK)
                 except OSError:  # a broken tree (logged): still listed, unreadable when opened
                     node.size = 2
             return Attrs(node.ino, kind, _ST_MODES[MODE_DIR], 0, node.size, mtime)
@@ -1054,7 +1077,7 @@ class CommitFS:
             if pace is not None:
                 pace()
             try:
-                entries = self._tree(sha, shown)
+                entries = self._tree(sha, shown).records()
             except OSError:  # a broken tree (logged): counted as an empty directory
                 done[sha] = (0, 1)
                 continue
