@@ -371,7 +371,8 @@ def _main_page(group) -> str:  # type: ignore[no-untyped-def]
             "keeps only a small pointer in git. Any commit can be mounted read-only and read "
             "lazily.\n\n"
             "Each command has its own page: man git-xet-<command> (for example man "
-            "git-xet-mount), and 'git xet <command> --help' shows the same text."
+            "git-xet-mount), and 'git xet <command> --help' (or 'git xet help <command>') "
+            "shows the same text."
         ),
         ".SH COMMANDS",
     ]

@@ -148,8 +148,10 @@ def _usage_error(e: typer.TyperException) -> NoReturn:
     where = ctx.command_path.replace("git-xet", "git xet", 1) if ctx is not None else "git xet"
     format_message = getattr(e, "format_message", None)
     text = format_message() if callable(format_message) else str(e)
+    code = getattr(e, "exit_code", None)
+    if not text.strip():  # no arguments: the help was shown instead (no_args_is_help)
+        raise SystemExit(code if isinstance(code, int) and code else _errors.EXIT_USAGE)
     print(f"git-xet: {redact(' '.join(text.split()))}", file=sys.stderr)
     if ctx is not None:  # a usage error: where the help is
         print(f"hint: see '{where} --help'", file=sys.stderr)
-    code = getattr(e, "exit_code", None)
     raise SystemExit(code if isinstance(code, int) and code else _errors.EXIT_ERROR)

@@ -29,6 +29,8 @@ def raise_open_file_limit() -> int:
 def main() -> None:
     raise_open_file_limit()
     argv = sys.argv[1:]
+    if argv[:1] == ["help"]:  # 'git xet help [COMMAND...]', as most tools take it
+        argv = sys.argv[1:] = [*argv[1:], "--help"]
     if argv[:1] == ["mount-serve"]:  # a mount's serving process: see gitxet.cli._mountd
         from gitxet.cli.hot import run
 

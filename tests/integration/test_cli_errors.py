@@ -303,3 +303,28 @@ def test_commands_running_git_fail_with_gits_message(scene: dict[str, str]) -> N
 def test_every_documented_code_is_exercised() -> None:
     """The table in docs/cli.md names these codes; each has a case here."""
     assert {c.code for c in CASES} == {OK, ERROR, USAGE, INTEGRITY, NOT_FOUND, DENIED}
+
+
+def test_no_arguments_show_the_help_and_help_takes_a_command(tmp_path: Path) -> None:
+    """``git xet`` and ``git xet token`` alone print their help and exit 2 with nothing
+    else on stderr (they used to add an empty 'git-xet: ' line and a hint); ``git xet help
+    [COMMAND...]`` is ``--help`` (it was 'No such command')."""
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    for args, usage in (
+        ((), "Usage: git-xet [OPTIONS] COMMAND"),
+        (("token",), "Usage: git-xet token"),
+    ):
+        r = subprocess.run(
+            ["git-xet", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert r.returncode == USAGE and usage in r.stdout, (r.stdout, r.stderr)
+        assert r.stderr.strip() == "", r.stderr
+    for args, usage in (
+        (("help",), "Usage: git-xet [OPTIONS] COMMAND"),
+        (("help", "mount"), "Usage: git-xet mount"),
+        (("help", "token", "create"), "Usage: git-xet token create"),
+    ):
+        r = subprocess.run(
+            ["git-xet", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert r.returncode == OK and usage in r.stdout, (args, r.stdout, r.stderr)
