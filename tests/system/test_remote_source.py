@@ -363,3 +363,39 @@ def test_a_chunk_corrupted_on_the_server_fails_its_file_only(tmp_path: Path) -> 
             FileReader(src, hashes[bad]).read(0, 1 << 20)
         src.close()
         cache.close()
+
+
+def test_a_file_over_several_xorbs_asks_for_their_layouts_together(tmp_path: Path) -> None:
+    """Opening a file spanning four xorbs asks for the four layouts at once, not one after
+    the other (each location request here waits until all four are in flight)."""
+    rng = random.Random(11)
+    parts = [rng.randbytes(3_000 + i) for i in range(4)]
+    xorbs = [serialize_xorb([part]) for part in parts]
+    fh = file_hash([(x.chunk_hashes[0], len(part)) for x, part in zip(xorbs, parts, strict=True)])
+    terms = [FileTerm(x.hash, 0, 1, len(part)) for x, part in zip(xorbs, parts, strict=True)]
+    info = make_file_info(fh, terms, [[x.chunk_hashes[0]] for x in xorbs], None)
+    shard = upload_shard_for(
+        [info], [XorbInfo.from_chunks(x.hash, x.chunk_hashes, x.chunk_sizes) for x in xorbs]
+    )
+    write, _ = TokenStore(str(tmp_path / "srv")).create("write")
+    with (
+        BackgroundServer(ServerConfig(root=str(tmp_path / "srv"), port=0)) as srv,
+        CASClient(srv.url, write) as client,
+    ):
+        for x in xorbs:
+            client.upload_xorb(x.hash, x.body)
+        client.upload_shard(shard)
+        cache, src = _source(client, tmp_path)
+        together = threading.Barrier(len(xorbs), timeout=120)
+        get_location = client.xorb_location
+
+        def location(xh: bytes) -> XorbLocation:
+            together.wait()  # broken (and the read fails) if asked one at a time
+            return get_location(xh)
+
+        client.xorb_location = location  # type: ignore[method-assign]
+        out = io.BytesIO()
+        FileReader(src, fh).copy_to(out)
+        assert out.getvalue() == b"".join(parts)
+        src.close()
+        cache.close()
