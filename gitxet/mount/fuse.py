@@ -468,8 +468,7 @@ class XetFuseOperations(pyfuse3.Operations):
             store(kernel_ino, 0, memoryview(data))
             self._filled.put(ino, True)
             if self.metrics is not None:  # served, though not by a read request
-                with self.metrics.read() as done:
-                    done(size)
+                self.metrics.served(size)
 
     # ---- everything that would change the tree -----------------------------------------------
 

@@ -127,6 +127,9 @@ class MountMetrics:
         self.read_bytes.inc(nbytes)
         self._events += 1
 
+    #: count ``nbytes`` served without a read request (stored into the page cache at open)
+    served = _read_done
+
     def error(self, op: str) -> None:
         """Count a request of ``op`` answered with an error."""
         self.errors.labels(op=op).inc()
