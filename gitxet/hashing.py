@@ -50,6 +50,24 @@ def from_hex(s: str) -> bytes:
     return _WORDS.pack(*(int(s[i : i + 16], 16) for i in range(0, 64, 16)))
 
 
+def from_hex_many(items: Sequence[str]) -> list[bytes]:
+    """:func:`from_hex` of every string of ``items``, parsed in one pass (a xorb's layout
+    names a thousand chunk hashes or more).
+
+    Raises:
+        ValueError: if any item is not a string of exactly 64 lowercase hex digits.
+    """
+    if not all(isinstance(s, str) and len(s) == 64 for s in items):
+        raise ValueError("not a list of 64-digit lowercase hex hashes")
+    joined = "".join(items)
+    if not _HEX_DIGITS.issuperset(joined):
+        raise ValueError("not a list of 64-digit lowercase hex hashes")
+    words = array.array("Q", bytes.fromhex(joined))
+    words.byteswap()  # each word was printed as a little-endian u64, most significant first
+    raw = words.tobytes()
+    return [raw[i : i + HASH_LEN] for i in range(0, len(raw), HASH_LEN)]
+
+
 def is_hex(s: str) -> bool:
     """True when ``s`` is a well-formed Xet hex hash."""
     return len(s) == 64 and _HEX_DIGITS.issuperset(s)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitxet.errors import RemoteError
-from gitxet.hashing import from_hex, is_hex, merkle_root, to_hex
+from gitxet.hashing import from_hex_many, is_hex, merkle_root, to_hex
 
 __all__ = [
     "CHUNK_PREFIXES",
@@ -416,7 +416,10 @@ class XorbLocation:
             RemoteError: malformed document.
         """
         o = _obj(doc, "xorb location")
-        hashes = [_hex(h, "chunk_hashes[]") for h in _list(o.get("chunk_hashes"), "chunk_hashes")]
+        try:
+            hashes = from_hex_many(_list(o.get("chunk_hashes"), "chunk_hashes"))
+        except ValueError:
+            raise _bad("chunk_hashes[]", "expected 64-digit Xet hex hashes") from None
         byte_offsets = [
             _int(v, "byte_offsets[]") for v in _list(o.get("byte_offsets"), "byte_offsets")
         ]
@@ -432,7 +435,7 @@ class XorbLocation:
         return cls(
             _hex(o.get("hash"), "hash"),
             _str(o.get("url"), "url"),
-            tuple(from_hex(h) for h in hashes),
+            tuple(hashes),
             tuple(byte_offsets),
             tuple(data_offsets),
         )

@@ -134,3 +134,15 @@ def test_merkle_root_matches_the_plain_aggregation() -> None:
     for n in [*range(0, 40), 81, 82, 730, 4096]:
         entries = [(rnd.randbytes(32), rnd.randint(1, 1 << 17)) for _ in range(n)]
         assert hashing.merkle_root(entries) == _reference_root(entries), n
+
+
+def test_from_hex_many_parses_like_from_hex_and_refuses_what_it_refuses() -> None:
+    rnd = random.Random(12)
+    raw = [rnd.randbytes(32) for _ in range(300)]
+    texts = [hashing.to_hex(h) for h in raw]
+    assert hashing.from_hex_many(texts) == [hashing.from_hex(t) for t in texts] == raw
+    assert hashing.from_hex_many([]) == []
+    good = texts[0]
+    for bad in ("A" * 64, "0" * 63, "0" * 65, "g" * 64, " " + good[1:], 7, None):
+        with pytest.raises(ValueError):
+            hashing.from_hex_many([good, bad])  # type: ignore[list-item]
