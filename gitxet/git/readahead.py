@@ -6,7 +6,8 @@ is the disk's latency per file, which nothing overlaps. :class:`CleanReadahead` 
 path of each clean request (:meth:`CleanReadahead.saw`) and, on a thread of its own, walks
 the work tree in git's path order from there, asking the kernel to start reading the next
 files (``POSIX_FADV_WILLNEED``: the pages come into the cache while git reads the files
-before them), so git's own read finds them there.
+before them), so git's own read finds them there. A ``told`` function hears of the files
+read ahead, in batches (the filter asks ``git check-attr`` about them before git does).
 
 With a ``prepare`` function, the same thread also reads the first few small files of its
 window and computes ``prepare(content)`` (the filter's chunking and hashing) on the other
@@ -108,11 +109,14 @@ class CleanReadahead(Generic[T]):
         root: str | os.PathLike[str],
         *,
         prepare: Callable[[bytes], T] | None = None,
+        told: Callable[[list[tuple[str, int]]], object] | None = None,
         window_files: int = WINDOW_FILES,
         window_bytes: int = WINDOW_BYTES,
     ) -> None:
         self._root = os.fsencode(root)
         self._prepare = prepare
+        self._told = told
+        self._fresh: list[tuple[str, int]] = []  # read ahead, not told yet
         self._max_files = window_files
         self._max_bytes = window_bytes
         self._cond = threading.Condition()
@@ -215,6 +219,7 @@ class CleanReadahead(Generic[T]):
             return False
         while self._ahead:
             self._drop_locked()
+        self._fresh.clear()
         self._window = FIRST_WINDOW
         self._walk_done = False
         return True
@@ -249,6 +254,10 @@ class CleanReadahead(Generic[T]):
                             files = walk_after(self._root, latest)
                         continue
                     advise = self._advise_more_locked()
+                    fresh: list[tuple[str, int]] = []
+                    if not advise and self._fresh:
+                        fresh, self._fresh = self._fresh, []
+                        break
                     todo = None if advise else self._to_prepare_locked()
                     if advise or todo is not None:
                         break
@@ -257,6 +266,11 @@ class CleanReadahead(Generic[T]):
                     self._cond.wait()
                 if todo is not None:
                     todo.tried = True
+            if fresh:
+                if self._told is not None:
+                    with contextlib.suppress(Exception):  # only a hint
+                        self._told(fresh)
+                continue
             if todo is not None:
                 self._prepare_one(todo)
                 continue
@@ -268,6 +282,8 @@ class CleanReadahead(Generic[T]):
                 else:
                     self._ahead.append(_Ahead(rel, n))
                     self._ahead_bytes += n
+                    if self._told is not None:
+                        self._fresh.append((os.fsdecode(rel), n))
 
     def _advise(self, rel: bytes) -> int:
         """Ask the kernel to read ``rel`` into the page cache; its size (0 if unreadable)."""

@@ -120,6 +120,14 @@ class FilterHandler:
             return  # no attribute question will be asked
         self._attr_query().prefetch(pathname)
 
+    def _attrs_ahead(self, files: list[tuple[str, int]]) -> None:
+        """Ask git about the attributes of files read ahead (those below the threshold, the
+        only ones asked about), so a clean finds the answer there."""
+        threshold = self.threshold
+        if threshold > 0:
+            paths = (p for p, n in files if n < threshold and not is_never_pointer(p))
+            self._attr_query().ask_ahead(paths)
+
     def _record(self, path: str, result: IngestResult) -> None:
         if self._stats_path is None:
             return
@@ -207,7 +215,9 @@ class FilterHandler:
         dead earlier session left is stored first."""
         self.recover_staged()
         if self.worktree is not None:
-            self._readahead = CleanReadahead(self.worktree, prepare=hash_small)
+            self._readahead = CleanReadahead(
+                self.worktree, prepare=hash_small, told=self._attrs_ahead
+            )
         try:
             with StagedIngest(self.cas) as staged:
                 self._staged = staged
