@@ -266,8 +266,10 @@ def add_cmd(
                 time.sleep(0.1)
                 seen = _advance_from(stats, seen, advance)
             _advance_from(stats, seen, advance)
-        if proc.returncode != 0:
-            raise typer.Exit(proc.returncode)
+        if proc.returncode < 0:  # killed: 128 + the signal, as a shell says
+            raise typer.Exit(128 - proc.returncode)
+        if proc.returncode != 0:  # git said why; its failures exit 1, as documented
+            raise typer.Exit(1)
         files = new = reused = 0
         with open(stats, encoding="utf-8") as f:
             for line in f:

@@ -78,6 +78,11 @@ def scene(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
         raw[100] ^= 0xFF
         xorb.unlink()  # it may be a hard link to the remote's xorb
         xorb.write_bytes(bytes(raw))
+    badcfg = tmp_path / "badcfg"  # a committed threshold that is not a size
+    git("init", "-q", str(badcfg), cwd=tmp_path)
+    subprocess.run(["git-xet", "init"], cwd=badcfg, check=True, capture_output=True, timeout=60)
+    (badcfg / ".xetconfig").write_text("[xet]\n\tthreshold = abc\n")
+    (badcfg / "big.bin").write_bytes(os.urandom(300_000))
     unborn = tmp_path / "unborn"
     git("init", "-q", str(unborn), cwd=tmp_path)
     plain = tmp_path / "plain"  # a repository without gitxet
@@ -98,6 +103,7 @@ def scene(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
             "orphan": str(orphan),
             "damaged": str(damaged),
             "unborn": str(unborn),
+            "badcfg": str(badcfg),
             "plain": str(plain),
             "outside": str(outside),
             "tmp": str(tmp_path),
@@ -284,6 +290,9 @@ def test_every_mistake_says_one_line_and_its_code(scene: dict[str, str]) -> None
 GIT_CASES = [
     Case("clone from a server that is down", ("clone", "{down}", "{tmp}/c2"), "tmp", ERROR),
     Case("pull from a server that is down", ("pull",), "behind", ERROR),
+    Case(
+        "add under a .xetconfig whose threshold is not a size", ("add", "big.bin"), "badcfg", ERROR
+    ),
 ]
 
 
