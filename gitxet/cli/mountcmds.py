@@ -446,7 +446,9 @@ def nfs_serve_cmd(
         str, typer.Argument(help="Repository: working/bare repo, file:// or http(s) URL.")
     ],
     commit: Annotated[str, typer.Argument(help="Branch, tag or commit sha.")],
-    port: Annotated[int, typer.Option(help="TCP port for NFS and MOUNT (0: any free port).")] = 0,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="TCP port for NFS and MOUNT (0: any free port).")
+    ] = 0,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     subdir: Annotated[str | None, typer.Option("--subdir")] = None,
     cache_dir: CacheDirOpt = None,

@@ -72,7 +72,9 @@ def serve_cmd(
         str, typer.Option("--cache-size", help="With --upstream: cap of the tier's cache (LRU).")
     ] = DEFAULT_CACHE_SIZE,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8080,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")
+    ] = 8080,
     storage: Annotated[
         str | None,
         typer.Option(help="CAS storage: a directory, or s3://bucket/prefix[?endpoint_url=URL]."),
@@ -87,7 +89,9 @@ def serve_cmd(
         str | None,
         typer.Option(help="Base URL clients reach this server at (behind a load balancer)."),
     ] = None,
-    url_ttl: Annotated[int, typer.Option(help="Seconds a signed data URL stays valid.")] = 3600,
+    url_ttl: Annotated[
+        int, typer.Option(min=1, help="Seconds a signed data URL stays valid.")
+    ] = 3600,
     max_header_bytes: Annotated[
         str, typer.Option("--max-header-bytes", help="Largest request line + headers (431).")
     ] = "64K",

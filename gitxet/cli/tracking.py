@@ -135,7 +135,7 @@ def untrack_cmd(
         if p in removed:
             _say(f"{'would untrack' if dry_run else 'untracked'} {p!r}")
         else:
-            _say(f"{p!r} is not a rule of .gitattributes: nothing changed for it")
+            _say(f"git-xet: {p!r} is not a rule of .gitattributes: nothing changed for it")
     if removed and not dry_run:
         _stage(root, [".gitattributes"])
     if len(removed) < len(set(patterns)):

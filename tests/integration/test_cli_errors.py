@@ -232,6 +232,14 @@ CASES = [
         "work",
         NOT_FOUND,
     ),
+    Case(
+        "serve on a port out of range",
+        ("serve", "--root", "{tmp}/srv2", "--port", "99999"),
+        "work",
+        USAGE,
+        "--port",
+    ),
+    Case("untrack a pattern that is no rule", ("untrack", "nosuch*"), "work", ERROR, "nosuch"),
     Case("log in with a wrong token", ("login", "--token-stdin", "{server}/x.git"), "work", DENIED),
     Case(
         "log in with the server's URL, not a repository's",
