@@ -306,8 +306,15 @@ def store_token(url: str, token: str) -> str:
     key = server_key(url)
     try:
         keyring.set_password(KEYRING_SERVICE, key, token)
+        kept = keyring.get_password(KEYRING_SERVICE, key)
     except (keyring.errors.KeyringError, RuntimeError) as e:
         raise ConfigError(f"cannot store the token in the keyring: {e}") from None
+    if kept != token:  # a backend that drops what it is given (keyring.backends.null)
+        backend = type(keyring.get_keyring())
+        raise ConfigError(
+            f"cannot store the token in the keyring: {backend.__module__}.{backend.__name__} "
+            "did not keep it"
+        )
     return key
 
 

@@ -170,6 +170,23 @@ def test_token_lookup_order(memkeyring: MemoryKeyring) -> None:
     assert Settings.load(env={}, use_keyring=False).token_for(url) == "from-url"
 
 
+def test_a_keyring_that_keeps_nothing_is_an_error() -> None:
+    """``keyring.backends.null`` accepts a password and keeps nothing: login said
+    'logged in' and every later command then had no token."""
+    import keyring
+    import keyring.backends.null
+
+    from gitxet.settings import store_token
+
+    old = keyring.get_keyring()
+    keyring.set_keyring(keyring.backends.null.Keyring())
+    try:
+        with pytest.raises(ConfigError, match="did not keep it"):
+            store_token("http://h:1/x.git", "gxt_a_b")
+    finally:
+        keyring.set_keyring(old)
+
+
 def test_no_keyring_backend_is_no_token() -> None:
     # the sealed test env has the "fail" backend: like a server without a keyring service
     assert Settings.load(env={}).token_for("http://h:1/x.git") is None
