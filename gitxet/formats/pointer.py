@@ -17,6 +17,7 @@ __all__ = [
     "MAX_POINTER_SIZE",
     "MAX_SIZE_VALUE",
     "MIN_POINTER_SIZE",
+    "POINTER_SIZES",
     "VERSION_LINE",
     "VERSION_URL",
     "Pointer",
@@ -32,6 +33,10 @@ MAX_POINTER_SIZE = 1024
 MIN_POINTER_SIZE = 192
 #: Largest ``size`` a pointer may carry (a signed 64-bit file size, as in git-lfs).
 MAX_SIZE_VALUE = 2**63 - 1
+#: Every size a valid pointer can have: its one encoding is fixed but for the 1 to 19
+#: digits of ``size``, so a blob of any other size is certainly not a pointer (a listing
+#: that knows the sizes reads no other blob).
+POINTER_SIZES = range(MIN_POINTER_SIZE, MIN_POINTER_SIZE + len(str(MAX_SIZE_VALUE)))
 
 # Keys after ``version``, in the one allowed (sorted) order.
 _KEYS = ("oid", "size", "xet-hash")

@@ -41,7 +41,12 @@ from gitxet.errors import (
     IntegrityError,
     PointerFormatError,
 )
-from gitxet.formats.pointer import MAX_POINTER_SIZE, MIN_POINTER_SIZE, Pointer, looks_like_pointer
+from gitxet.formats.pointer import (
+    MAX_POINTER_SIZE,
+    POINTER_SIZES,
+    Pointer,
+    looks_like_pointer,
+)
 from gitxet.git.objects import (
     EMPTY_TREE,
     FILE_MODES,
@@ -558,7 +563,8 @@ class CommitFS:
         if not unique:
             return {}, {}
         try:
-            found, small = self._git.describe(unique, (MIN_POINTER_SIZE, MAX_POINTER_SIZE))
+            # (only blobs of a pointer's possible sizes are read)
+            found, small = self._git.describe(unique, (POINTER_SIZES[0], POINTER_SIZES[-1]))
         except GitError as exc:  # no git binary, a broken store: one by one then
             log.debug("%s: batch sizing failed (%s); sizing one by one", shown, exc)
             return {}, {}

@@ -10,6 +10,8 @@ from gitxet.errors import FormatError, PointerFormatError
 from gitxet.formats.pointer import (
     MAX_POINTER_SIZE,
     MAX_SIZE_VALUE,
+    MIN_POINTER_SIZE,
+    POINTER_SIZES,
     VERSION_LINE,
     Pointer,
     looks_like_pointer,
@@ -191,3 +193,12 @@ def test_looks_like_pointer() -> None:
     assert not looks_like_pointer(b"\x89PNG\r\n")
     assert not looks_like_pointer(b"version https://git-lfs.github.com/spec/v1\n")
     assert not looks_like_pointer(VERSION_LINE[:-1] + b"\r\n")
+
+
+def test_pointer_sizes_are_every_length_a_valid_pointer_can_have() -> None:
+    lengths = {len(Pointer(SHA_HELLO, 10**d - 1, XET).encode()) for d in range(1, 19)}
+    lengths.add(len(Pointer(SHA_HELLO, MAX_SIZE_VALUE, XET).encode()))
+    assert sorted(lengths) == list(POINTER_SIZES)
+    assert POINTER_SIZES[0] == MIN_POINTER_SIZE and POINTER_SIZES[-1] < MAX_POINTER_SIZE
+    with pytest.raises(PointerFormatError):  # one byte more (a blank line) is not one
+        Pointer.decode(Pointer(SHA_HELLO, 6, XET).encode() + b"\n")
