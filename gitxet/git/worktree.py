@@ -114,12 +114,19 @@ class WorkTree:
 
     @contextlib.contextmanager
     def replace(
-        self, path: str, *, mode: int, tmp_dir: str | None = None
+        self, path: str, *, mode: int, tmp_dir: str | None = None, keep_mode: bool = False
     ) -> Iterator[tuple[BinaryIO, list[os.stat_result]]]:
         """Yield ``(file, out)``: what is written replaces ``path`` atomically (a symlink
-        there is replaced, not followed); ``out`` then holds the new file's stat."""
+        there is replaced, not followed); ``out`` then holds the new file's stat. With
+        ``keep_mode`` an existing regular file's permission bits are kept (``mode``
+        otherwise), looked up from the same directory handle."""
         out: list[os.stat_result] = []
         with self.parent(path, create=True) as (fd, name):
+            if keep_mode:
+                with contextlib.suppress(OSError):
+                    old = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    if stat.S_ISREG(old.st_mode):
+                        mode = old.st_mode & 0o777
             with atomic_writer_at(fd, name, mode=mode, durable=False, tmp_dir=tmp_dir) as f:
                 yield f, out
             out.append(os.stat(name, dir_fd=fd, follow_symlinks=False))

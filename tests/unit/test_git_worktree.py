@@ -145,3 +145,20 @@ def test_atomic_writer_at_refuses_paths_and_is_thread_safe(tree: tuple[Path, Pat
         data = (root / n).read_bytes()
         i = int(data[: len(data) // 1000])
         assert i % 4 == int(n[1:]) and data == b"%d" % i * 1000
+
+
+def test_replace_can_keep_an_existing_files_mode(tree: tuple[Path, Path]) -> None:
+    root, outside = tree
+    (root / "a").mkdir()
+    (root / "a" / "own").write_bytes(b"old")
+    os.chmod(root / "a" / "own", 0o600)
+    os.symlink(outside / "victim", root / "a" / "link")
+    os.chmod(outside / "victim", 0o640)
+    with WorkTree(root) as wt:
+        for name in ("own", "link", "new"):
+            with wt.replace(f"a/{name}", mode=0o755, keep_mode=True) as (f, st):
+                f.write(b"data")
+            assert (root / "a" / name).read_bytes() == b"data"
+            assert stat.S_IMODE(st[0].st_mode) == (0o600 if name == "own" else 0o755)
+    assert not (root / "a" / "link").is_symlink()
+    assert (outside / "victim").read_bytes() == b"precious"
