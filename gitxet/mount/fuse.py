@@ -57,6 +57,7 @@ META_THREADS = 8  # concurrent lookups / listings / readlinks, kept apart from r
 BLOCK_SIZE = 128 * 1024  # st_blksize: the I/O size we hint to readers
 READ_AHEAD_KB = 1024  # measured ~20% faster sequential reads than the 128 KiB default
 LISTING_ENTRIES = 1 << 18  # directory entries kept listed (all directories together)
+SERVE_NICE = -5  # the serving thread's priority, where allowed (see _raise_priority)
 FAST_STREAK = 16  # requests taken in a row without a pass through trio's scheduler
 SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get after SIGTERM before they are abandoned
 FILL_MAX = 1 << 20  # files up to this size are stored whole into the page cache at open
@@ -562,6 +563,23 @@ def tune_readahead(mountpoint: str, kb: int = READ_AHEAD_KB) -> bool:
 _serving = threading.Lock()  # libfuse state in pyfuse3 is per process: one mount at a time
 
 
+def _raise_priority() -> None:
+    """Run the serving thread (and the threads it starts) at :data:`SERVE_NICE`, where the
+    process may (root, ``CAP_SYS_NICE``); else leave it be.
+
+    One thread answers the requests of every reader of the mount. At the same priority, the
+    reader each reply wakes takes the CPU from it (it preempts the thread that woke it),
+    and every other reader then waits until the daemon runs again: on 2 cores, a cold read
+    of 5,000 small files by 8 threads took 2.0-2.25 s, 1.83-1.87 s at nice -5.
+    """
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, 0)  # (on Linux: this thread)
+        if current > SERVE_NICE:
+            os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)
+    except OSError as exc:  # EACCES/EPERM: an unprivileged mount stays as it is
+        log.debug("serving at the default priority: %s", exc)
+
+
 def _fuse_fd(takeover: Takeover | None) -> int | None:
     """The descriptor of this process's FUSE connection (after ``pyfuse3.init``), or None
     when it cannot be told apart."""
@@ -783,6 +801,7 @@ def serve(
             ops.read_around.start()
         if read_around and (takeover is None or not takeover.resend):
             ops.page_store = _notify_store  # (a successor serves handles it did not open)
+        _raise_priority()
         fd = _fuse_fd(takeover) if hasattr(pyfuse3, "_wait_fuse_readable") else None
         loop.fast = _FastReads(fd) if fd is not None else None
         undo = loop.fast.install() if loop.fast is not None else None

@@ -10,6 +10,7 @@ import random
 import signal
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -171,6 +172,24 @@ def test_writes_fail_with_erofs(mounted: Mounted) -> None:
     assert not (mnt / "new.txt").exists()
     vfs = os.statvfs(mnt)
     assert vfs.f_flag & os.ST_RDONLY
+
+
+def test_the_serving_thread_runs_at_a_raised_priority_where_allowed(mounted: Mounted) -> None:
+    """The thread answering every request runs at SERVE_NICE when the process may raise
+    its priority (as root here), so the readers its replies wake do not preempt it."""
+    from gitxet.mount.fuse import SERVE_NICE
+
+    _, proc = mounted
+    probe = subprocess.run(
+        [sys.executable, "-c", "import os; os.setpriority(os.PRIO_PROCESS, 0, -1)"],
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    own = os.getpriority(os.PRIO_PROCESS, 0)  # what the daemon inherited
+    expected = min(own, SERVE_NICE) if probe.returncode == 0 else own
+    # (the main thread's nice: the thread id of a process's main thread is its pid)
+    assert os.getpriority(os.PRIO_PROCESS, proc.pid) == expected
 
 
 def test_blocked_read_leaves_the_mount_responsive(mounted: Mounted) -> None:
