@@ -15,6 +15,7 @@ from gitxet.data.staging import recover as recover_staged
 from gitxet.data.transfer import TransferSummary, push_files
 from gitxet.dataset import Remotes, Search, chunk_source_of, fetch_from_any, source_with
 from gitxet.errors import (
+    DataUnavailableError,
     FileNotFoundInCASError,
     GitxetError,
     IntegrityError,
@@ -213,28 +214,46 @@ class Content:
         try:
             return push_files(self.cas, target, hashes, progress=progress)
         except (FileNotFoundInCASError, XorbNotFoundError) as exc:
-            if not self.copy_from_others(remote, hashes):
-                self._raise_missing(exc)
+            got, failed = self._copy_from_others(remote, hashes)
+            if not got:
+                self._raise_missing(exc, failed)
         try:
             return push_files(self.cas, target, hashes, progress=progress)
         except (FileNotFoundInCASError, XorbNotFoundError) as exc:
-            self._raise_missing(exc)
+            self._raise_missing(exc, failed)
 
     def copy_from_others(self, remote: str, hashes: Sequence[bytes]) -> set[bytes]:
         """Copy into the local store the files of ``hashes`` whose data it lacks, from the
         remotes other than ``remote`` (servers included: a push must send the xorbs);
         returns the files whose data is here now and was not before."""
+        return self._copy_from_others(remote, hashes)[0]
+
+    def _copy_from_others(
+        self, remote: str, hashes: Sequence[bytes]
+    ) -> tuple[set[bytes], DataUnavailableError | None]:
+        """:meth:`copy_from_others`, and the error naming what some remote could not give."""
         lacking = [h for h in dict.fromkeys(hashes) if not self.cas.has_file_data(h)]
         target = self.remotes.url(remote)
         others = [n for n in self.remotes.search_order() if self.remotes.url(n) != target]
         if not lacking or not others:
-            return set()
-        with contextlib.suppress(GitxetError):  # what no remote has fails in the push
-            fetch_from_any(self.cas, self.remotes, others, lacking, None, into_store=True)
-        return {h for h in lacking if self.cas.has_file_data(h)}
+            return set(), None
+        failed = None
+        try:
+            fetch_from_any(
+                self.cas, self.remotes, others, lacking, None, self.names, into_store=True
+            )
+        except DataUnavailableError as e:  # what no remote gave fails in the push
+            failed = e
+        return {h for h in lacking if self.cas.has_file_data(h)}, failed
 
-    def _raise_missing(self, exc: NotFoundError) -> NoReturn:
-        """A push's missing data as one error naming the file (when its path is known)."""
+    def _raise_missing(
+        self, exc: NotFoundError, failed: DataUnavailableError | None = None
+    ) -> NoReturn:
+        """A push's missing data as one error naming the file (when its path is known);
+        ``failed`` instead when a remote that may have it could not be asked (a refused
+        token, a server down): its message names that remote and why."""
+        if failed is not None and failed.causes:
+            raise failed
         hx = getattr(exc, "file_hex", None)
         path = self.names.get(hx) if isinstance(hx, str) else None
         if path is None or not isinstance(hx, str):

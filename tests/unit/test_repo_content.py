@@ -116,6 +116,12 @@ def test_push_uploads_copies_from_other_remotes_and_names_what_is_nowhere(
     content.names[gone.xet_hash] = "data/nowhere.bin"
     with pytest.raises(NotFoundError, match=r"data/nowhere\.bin"):
         content.push("backup", [gone])
+    # a remote that could not be asked may have it: the error names it and why
+    run_git_cmd(here, "remote", "add", "down", "http://127.0.0.1:9/x.git")
+    content = Content(store(here), Remotes(str(here)))
+    content.names[gone.xet_hash] = "data/nowhere.bin"
+    with pytest.raises(DataUnavailableError, match=r"data/nowhere\.bin.*down http://127"):
+        content.push("backup", [gone])
 
 
 def test_a_pointer_whose_sha256_disagrees_is_refused(pair: tuple[Content, Pointer, Path]) -> None:
