@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -31,12 +32,15 @@ _PROBE = textwrap.dedent(
 
 
 def _faults(mode: str) -> int:
+    # glibc's own defaults: no malloc tunables inherited from the caller's environment
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
     out = subprocess.run(
         [sys.executable, "-c", _PROBE, mode],
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
+        env=env,
     )
     return int(out.stdout.split()[-1])
 
