@@ -20,8 +20,19 @@ from gitxet.settings import DEFAULT_CACHE_SIZE, TOKEN_ENV, server_key, strip_cre
 if TYPE_CHECKING:
     from gitxet.server.limits import Limits
 
+
+def _check_root(root: str | None) -> str | None:
+    """``--root``: a directory, or a path where one can be made (not a file)."""
+    if root is not None and os.path.exists(root) and not os.path.isdir(root):
+        raise typer.BadParameter(f"{root} is not a directory")
+    return root
+
+
 RootOpt = Annotated[
-    str, typer.Option("--root", help="Server data directory (repos, tokens, local CAS).")
+    str,
+    typer.Option(
+        "--root", callback=_check_root, help="Server data directory (repos, tokens, local CAS)."
+    ),
 ]
 
 
@@ -54,7 +65,9 @@ def serve_cmd(
     root: Annotated[
         str | None,
         typer.Option(
-            "--root", help="Server data directory (repos, tokens, local CAS); not with --upstream."
+            "--root",
+            callback=_check_root,
+            help="Server data directory (repos, tokens, local CAS); not with --upstream.",
         ),
     ] = None,
     upstream: Annotated[

@@ -239,6 +239,20 @@ CASES = [
         USAGE,
         "--port",
     ),
+    Case(
+        "serve a --root that is a file",
+        ("serve", "--root", "{work}/big.bin", "--port", "0"),
+        "work",
+        USAGE,
+        "is not a directory",
+    ),
+    Case(
+        "create a token under a --root that is a file",
+        ("token", "create", "--root", "{work}/big.bin"),
+        "work",
+        USAGE,
+        "is not a directory",
+    ),
     Case("untrack a pattern that is no rule", ("untrack", "nosuch*"), "work", ERROR, "nosuch"),
     Case("log in with a wrong token", ("login", "--token-stdin", "{server}/x.git"), "work", DENIED),
     Case(
