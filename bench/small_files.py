@@ -441,8 +441,6 @@ def xet_run(
         f"push {res[f'{key}_push']:.2f}s",
         flush=True,
     )
-    if not keep:  # disk space: the clone and the mount need the remote only
-        shutil.rmtree(wt)
     drop_caches()
     clone = x / "clone"
     res[f"{key}_clone"] = sh(["git-xet", "clone", str(remote), str(clone)], x, env)
@@ -471,6 +469,8 @@ def xet_run(
         res[f"{pre}_rss_mb"] = rss_mb(mount_pid(mnt, env))
     finally:
         sh(["git-xet", "unmount", str(mnt)], x, env, check=False)
+    if not keep:  # removed last: files created right after 20,000 were deleted are slower
+        shutil.rmtree(wt)  # to create on ext4 (recently deleted inodes are skipped)
     print(
         f"mount ({key}): ready {res[f'{pre}_ready']:.2f}s find {res[f'{pre}_find']:.2f}s "
         f"({found} entries); cold 8-thread read {s:.2f}s ({n / MB / s:.0f} MB/s), {e} errors, "
