@@ -53,12 +53,14 @@ _CHECKOUT_MODULES = ("gitxet.data.reconstruct", "gitxet.repo.materialize", "gitx
 
 
 class _Prepared:
-    """The CAS remote of ``url``, built on a thread while git clones (discovery, the node
-    cache, the imports of the reading code); :meth:`take` hands it over once."""
+    """The CAS side of ``url``, built on a thread while git clones: the imports of the
+    HTTP and reading code, the discovery of the server's CAS, the node cache. :meth:`take`
+    hands the remote over once; :attr:`access` is ready after :meth:`join`."""
 
-    def __init__(self, url: str, factory: Any) -> None:
+    def __init__(self, url: str, settings: Any) -> None:
         self.url = url
-        self._factory = factory
+        self.access: Any = None
+        self._settings = settings
         self._remote: Any = None
         self._taken = False
         self._thread = threading.Thread(target=self._build, name="gitxet-clone-prep", daemon=True)
@@ -66,13 +68,20 @@ class _Prepared:
 
     def _build(self) -> None:
         try:
-            self._remote = self._factory(self.url)
+            from gitxet.dataset import HttpAccess
+
+            self.access = HttpAccess.from_settings(self._settings)
+            self._remote = self.access.remote_factory(self.url)
             import importlib
 
             for name in _CHECKOUT_MODULES:  # what the checkout imports next, while git works
                 importlib.import_module(name)
         except Exception:  # built again where it is used, and failing there
             self._remote = None
+
+    def join(self) -> None:
+        """Wait until the thread is done."""
+        self._thread.join()
 
     def take(self, url: str) -> Any:
         """The remote built for ``url`` (once), else None."""
@@ -93,6 +102,10 @@ class _Prepared:
             close()
 
 
+#: the variables that send git's (and httpx's) plain-http requests through a proxy
+_PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
+
+
 def _fast_auth(src: str, settings: Any) -> tuple[dict[str, str], bool]:
     """(extra environment for ``git clone``, whether ``src`` is a gitxet server)."""
     if not src.startswith(("http://", "https://")):
@@ -101,9 +114,16 @@ def _fast_auth(src: str, settings: Any) -> tuple[dict[str, str], bool]:
 
     if url_token(src) is not None:
         return {}, False  # git has the credentials already, and so does the CAS side
-    from gitxet.remote.client import is_gitxet_server
+    from gitxet.remote.probe import plain_http_probe
 
-    if not is_gitxet_server(src):
+    # plain http with no proxy: asked with the standard library (httpx loads meanwhile)
+    proxied = any(os.environ.get(name) for name in _PROXY_VARIABLES)
+    found = None if proxied else plain_http_probe(src)
+    if found is None:
+        from gitxet.remote.client import is_gitxet_server
+
+        found = is_gitxet_server(src)
+    if not found:
         return {}, False
     if settings.token is None and settings.token_file is None and settings.env_token is None:
         return {}, True  # a keyring token: git's credential helper finds it
@@ -133,15 +153,13 @@ def run(
 
         # this process and the filters git runs for the clone read through the tier
         os.environ[CAS_URL_ENV] = check_cas_url(cas_url)
-    from gitxet.dataset import HttpAccess
     from gitxet.settings import Settings
 
     settings = Settings.load()
-    access = HttpAccess.from_settings(settings)
     env, gitxet_server = _fast_auth(src, settings)
-    prepared = _Prepared(src, access.remote_factory) if gitxet_server and not lazy else None
+    prepared = _Prepared(src, settings) if gitxet_server and not lazy else None
     try:
-        return _clone(src, directory, lazy, branch, env, access, prepared)
+        return _clone(src, directory, lazy, branch, env, settings, prepared)
     finally:
         if prepared is not None:
             prepared.close()
@@ -153,7 +171,7 @@ def _clone(
     lazy: bool,
     branch: str | None,
     env: dict[str, str],
-    access: Any,
+    settings: Any,
     prepared: _Prepared | None,
 ) -> int:
     program = hot.program()
@@ -199,6 +217,14 @@ def _clone(
     code = hot.run_git(checkout, target)
     if code:
         return code
+    access: Any = None
+    if prepared is not None:
+        prepared.join()
+        access = prepared.access
+    if access is None:
+        from gitxet.dataset import HttpAccess
+
+        access = HttpAccess.from_settings(settings)
     base = access.remote_factory
 
     def factory(url: str) -> Any:

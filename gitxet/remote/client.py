@@ -59,6 +59,7 @@ from gitxet.formats.xorb import verify_xorb
 from gitxet.hashing import from_hex, to_hex
 from gitxet.remote import protocol as p
 from gitxet.remote._sync_only import without_unused
+from gitxet.remote.probe import USER_AGENT, info_refs_url, is_gitxet_challenge
 from gitxet.settings import strip_credentials
 from gitxet.util.retry import Retry, RetryPolicy, retry_call
 
@@ -69,7 +70,6 @@ with without_unused():  # gitxet.remote._sync_only: ~0.15 s of every cold start
 
 __all__ = ["CASClient", "RetryPolicy", "discover", "is_gitxet_server"]
 
-USER_AGENT = "gitxet"
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 TokenSource = str | Callable[[], str | None] | None
@@ -906,11 +906,10 @@ def is_gitxet_server(repo_url: str, *, timeout: float = 5.0) -> bool:
     Used by the git credential helper to offer ``GITXET_TOKEN`` (and the ``git xet login``
     hint) only to gitxet servers, never to every host git asks about. Any failure is "no".
     """
-    url = repo_url.rstrip("/") + "/info/refs?service=git-upload-pack"
+    url = info_refs_url(repo_url)
     try:
         with httpx.Client(timeout=timeout, follow_redirects=False) as client:
             r = client.get(url, headers={"User-Agent": USER_AGENT})
     except (httpx.HTTPError, ValueError):
         return False
-    challenge = r.headers.get("www-authenticate", "")
-    return r.status_code == 401 and 'realm="gitxet"' in challenge
+    return is_gitxet_challenge(r.status_code, r.headers.get("www-authenticate", ""))

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from gitxet.cli.clone import _fast_auth, auth_env, parse_argv
+from gitxet.remote.probe import plain_http_probe
 from gitxet.settings import Settings
 
 URL = "http://127.0.0.1:8080/data.git"
@@ -84,3 +85,39 @@ def test_a_clone_starts_without_typer(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert r.returncode == 2 and "--nope" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_plain_http_probe_knows_a_gitxet_challenge_and_nothing_else() -> None:
+    import http.server
+    import threading
+
+    answers = {"/x.git": (401, 'Basic realm="gitxet"'), "/y.git": (401, 'Basic realm="other"')}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, challenge = answers.get(self.path.split("/info/refs")[0], (404, ""))
+            assert self.path.endswith("/info/refs?service=git-upload-pack")
+            assert "Authorization" not in self.headers  # anonymous
+            self.send_response(status)
+            if challenge:
+                self.send_header("WWW-Authenticate", challenge)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        base = f"http://127.0.0.1:{srv.server_address[1]}"
+        assert plain_http_probe(f"{base}/x.git") is True
+        assert plain_http_probe(f"{base}/y.git") is False
+        assert plain_http_probe(f"{base}/z.git") is False
+        assert plain_http_probe("http://127.0.0.1:9/x.git") is False  # nothing listens
+        assert plain_http_probe(f"https://127.0.0.1:{srv.server_address[1]}/x.git") is None
+        assert plain_http_probe("http://u:p@127.0.0.1:9/x.git") is None
+    finally:
+        srv.shutdown()
+        srv.server_close()
