@@ -335,11 +335,13 @@ def fsck_cmd(
     HEAD (with --all: of the whole history of every branch and tag) is then found in the
     local store or, failing that, on the remote, and the data the store holds is checked
     against the pointer's oid (SHA-256). Exits 3 when the store or a pointer is damaged, 4
-    when some file's data is nowhere to be had.
+    when some file's data is nowhere to be had, 1 (5: a refused token) when it is not here
+    and the remote could not be asked.
     """
     from gitxet.cli._progress import human_size
+    from gitxet.cli._errors import describe
     from gitxet.data.audit import verify_pointers, verify_store
-    from gitxet.errors import ConfigError, RemoteError
+    from gitxet.errors import ConfigError, GitxetError, RemoteError
 
     repo = _open_repo()
     total = repo.cas.stats().xorb_bytes
@@ -356,12 +358,13 @@ def fsck_cmd(
     else:
         found, scope = [(f.path, f.pointer) for f in repo.pointer_files("HEAD")], "HEAD"
     name = remote or repo.default_remote()
+    unasked: GitxetError | None = None  # why the remote could not be asked
     try:
         where = repo.locate(found, name, ask_remote=name is not None)
         asked = name
     except (ConfigError, RemoteError) as exc:
         typer.echo(f"remote not asked: {exc}")
-        where, asked = repo.locate(found, None, ask_remote=False), None
+        where, asked, unasked = repo.locate(found, None, ask_remote=False), None, exc
     sizes = {ptr.xet_hash: ptr.size for _, ptr in found}
     with byte_progress("checking pointers", sum(sizes.values()) or None) as advance:
         liars = verify_pointers(repo.cas, found, advance)
@@ -378,14 +381,23 @@ def fsck_cmd(
     remote_only = [d for d in where if not d.local and d.remote]
     missing = [d for d in where if not d.local and not d.remote]
     for d in missing:
-        elsewhere = f"not on {asked}" if asked else "no remote asked"
+        elsewhere = (
+            f"not on {asked}"
+            if asked
+            else f"{name} not asked"
+            if unasked is not None and name
+            else "no remote asked"
+        )
         typer.echo(
             f"missing  {shown(d.path)}: not in the local store, {elsewhere} "
             f"(xet {d.pointer.xet_hash[:16]}, {d.pointer.size:,} bytes)"
         )
+    gone = f"{len(missing)} missing"
+    if isinstance(unasked, RemoteError):
+        gone = f"{len(missing)} not here ({name} not asked)"
     typer.echo(
         f"pointer files in {scope}: {len(where)}: {local} in the local store, "
-        f"{len(remote_only)} only on {asked or 'the remote'}, {len(missing)} missing"
+        f"{len(remote_only)} only on {asked or 'the remote'}, {gone}"
     )
     if report.problems or liars:
         what = []
@@ -395,6 +407,13 @@ def fsck_cmd(
             what.append(f"{len(liars)} pointer file(s) that do not match their data")
         _say(f"git-xet: integrity error: {'; '.join(what)}")
         raise typer.Exit(3)
+    if missing and isinstance(unasked, RemoteError):
+        # the data may well be there: not "nowhere", and the exit says why it was not asked
+        _say(
+            f"git-xet: the data of {len(missing)} file(s) is not here and {name} could not be "
+            f"asked: {describe(unasked)[0]}"
+        )
+        raise typer.Exit(describe(unasked)[1])
     if missing:
         _say(f"git-xet: not found: the data of {len(missing)} file(s) is nowhere to be had")
         raise typer.Exit(4)

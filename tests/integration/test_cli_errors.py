@@ -169,6 +169,7 @@ CASES = [
         ERROR,
         "cannot reach",
     ),
+    Case("fsck with the server that has the data down", ("fsck",), "behind", ERROR, "asked"),
     Case("warm up a server that is down", ("warmup", "{down}", "main"), "work", ERROR),
     Case(
         "mount over a directory with files",
