@@ -338,8 +338,8 @@ def fsck_cmd(
     when some file's data is nowhere to be had, 1 (5: a refused token) when it is not here
     and the remote could not be asked.
     """
-    from gitxet.cli._progress import human_size
     from gitxet.cli._errors import describe
+    from gitxet.cli._progress import human_size
     from gitxet.data.audit import verify_pointers, verify_store
     from gitxet.errors import ConfigError, GitxetError, RemoteError
 
