@@ -813,11 +813,14 @@ def test_first_read_from_a_server_describes_its_neighbours_at_once(tmp_path: Pat
 
 
 def test_first_event_loop_read_from_a_local_store_describes_its_listed_neighbours(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A local store (reads served on the event loop, ``try_read``) is asked too, at the
     first read of a pointer file, for the pointer files around it in one call, but only
     in directories already listed: nothing is listed (no git) on an event loop."""
+    # which directories are listed is the point here: no background listing may add one
+    # (the prefetcher lists imgs/x3.. on its own threads, at a moment of its choosing)
+    monkeypatch.setattr(model._Prefetcher, "offer", lambda self, nodes: None)
     repo, head, cas, files = _six_image_dirs(tmp_path)
     store = _Describing(cas, is_local=True)
     asked = store.asked
