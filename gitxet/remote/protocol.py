@@ -164,6 +164,15 @@ def _int(v: Any, what: str) -> int:
     return v
 
 
+def _ints(v: list[Any], what: str) -> list[int]:
+    """A list of non-negative integers (checked in one pass: a xorb's offsets are
+    thousands)."""
+    # (type is int: a JSON true is a bool, not a number here)
+    if not all(type(x) is int and x >= 0 for x in v):
+        raise _bad(what, "expected non-negative integers")
+    return v
+
+
 def _str(v: Any, what: str) -> str:
     if not isinstance(v, str):
         raise _bad(what, "expected a string")
@@ -420,12 +429,8 @@ class XorbLocation:
             hashes = from_hex_many(_list(o.get("chunk_hashes"), "chunk_hashes"))
         except ValueError:
             raise _bad("chunk_hashes[]", "expected 64-digit Xet hex hashes") from None
-        byte_offsets = [
-            _int(v, "byte_offsets[]") for v in _list(o.get("byte_offsets"), "byte_offsets")
-        ]
-        data_offsets = [
-            _int(v, "data_offsets[]") for v in _list(o.get("data_offsets"), "data_offsets")
-        ]
+        byte_offsets = _ints(_list(o.get("byte_offsets"), "byte_offsets"), "byte_offsets[]")
+        data_offsets = _ints(_list(o.get("data_offsets"), "data_offsets"), "data_offsets[]")
         n = len(hashes)
         if n == 0 or len(byte_offsets) != n + 1 or len(data_offsets) != n + 1:
             raise _bad("xorb location", "offset lists do not match the chunk count")

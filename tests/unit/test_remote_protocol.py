@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -112,3 +113,35 @@ def test_discovery_document() -> None:
     assert p.Discovery.from_json({"casUrl": "https://h/"}).cas_url == "https://h"
     with pytest.raises(RemoteError, match="casUrl"):
         p.Discovery.from_json({"casUrl": "ftp://h"})
+
+
+def test_xorb_location_round_trip_and_hostile_documents() -> None:
+    from gitxet.hashing import chunk_hash, merkle_root, to_hex
+
+    hashes = tuple(chunk_hash(bytes([i])) for i in range(5))
+    data = (0, 10, 25, 26, 40, 64)
+    sizes = [b - a for a, b in itertools.pairwise(data)]
+    xh = to_hex(merkle_root(list(zip(hashes, sizes, strict=True))))
+    loc = p.XorbLocation(xh, "http://h/x", hashes, (0, 18, 41, 50, 72, 104), data)
+    doc = loc.to_json()
+    again = p.XorbLocation.from_json(doc)
+    assert again == loc and again.verify()
+    bad_values = [
+        ("byte_offsets", [0, 18, 41, 50, 72, True]),  # a JSON true is not a number
+        ("byte_offsets", [0, 18, 41, 50, 72, -1]),
+        ("byte_offsets", [0, 18, 41, 50, 72, "104"]),
+        ("byte_offsets", [0, 18, 41, 41, 72, 104]),  # not strictly increasing
+        ("data_offsets", [0, 10, 25, 26, 40, 64.0]),
+        ("data_offsets", [1, 10, 25, 26, 40, 64]),  # not from 0
+        ("data_offsets", [0, 10, 25, 26, 40]),  # one short
+        ("chunk_hashes", [*doc["chunk_hashes"][:4], doc["chunk_hashes"][4].upper()]),
+        ("chunk_hashes", [*doc["chunk_hashes"][:4], None]),
+        ("chunk_hashes", "not a list"),
+        ("chunk_hashes", []),
+    ]
+    for key, value in bad_values:
+        with pytest.raises(RemoteError):
+            p.XorbLocation.from_json({**doc, key: value})
+    # well formed but not this xorb's layout: parsed, and refused by verify()
+    other = {**doc, "chunk_hashes": list(reversed(doc["chunk_hashes"]))}
+    assert not p.XorbLocation.from_json(other).verify()
