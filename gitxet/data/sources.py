@@ -74,7 +74,11 @@ class LayeredSource:
                 tried.append((self._name(i), str(exc)))
                 continue
             if info is not None:
-                if not all(_has_xorb(s, t.xorb_hash) for t in info.terms):
+                # (a xorb this layer was found to hold is not looked for again: a stat each)
+                where = self._where.get
+                if not all(
+                    where(t.xorb_hash) is s or _has_xorb(s, t.xorb_hash) for t in info.terms
+                ):
                     self._open_later(i, file_hash)
                 return info
             tried.append((self._name(i), "does not have it"))

@@ -378,3 +378,23 @@ def test_open_commit_resolves_revision_and_subdir(repos: dict[str, Path]) -> Non
     for bad in ("d/../d", "./d", "d//e"):
         with pytest.raises(NotFoundError, match="not a plain relative path"):
             ds.check_subdir(head, bad)
+
+
+def test_layered_source_does_not_look_again_for_a_xorb_it_reads_from(tmp_path: Path) -> None:
+    data = random.Random(4).randbytes(100_000)
+    fh = store_file(tmp_path / "s", data)
+    store = LocalCAS(str(tmp_path / "s"))
+    looked: list[bytes] = []
+    has_xorb = store.has_xorb
+
+    def counted(xorb_hash: bytes) -> bool:
+        looked.append(xorb_hash)
+        return has_xorb(xorb_hash)
+
+    store.has_xorb = counted  # type: ignore[method-assign]
+    layered = LayeredSource([store])
+    assert FileReader(layered, fh).read(0, 10) == data[:10]  # the xorb is found, read from
+    before = len(looked)
+    assert before > 0
+    assert layered.file_info(fh) is not None
+    assert len(looked) == before  # known to hold it: no second look (a stat each)
