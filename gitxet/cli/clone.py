@@ -49,33 +49,49 @@ def auth_env(url: str, token: str, environ: dict[str, str]) -> dict[str, str]:
     return out
 
 
-_CHECKOUT_MODULES = ("gitxet.data.reconstruct", "gitxet.repo.materialize", "gitxet.repo.content")
+_CHECKOUT_MODULES = (
+    "gitxet.data.remote_source",
+    "gitxet.data.reconstruct",
+    "gitxet.repo.materialize",
+    "gitxet.repo.content",
+)
 
 
 class _Prepared:
-    """The CAS side of ``url``, built on a thread while git clones: the imports of the
-    HTTP and reading code, the discovery of the server's CAS, the node cache. :meth:`take`
-    hands the remote over once; :attr:`access` is ready after :meth:`join`."""
+    """The CAS side of an http(s) ``url``, made ready on a thread from the start of the
+    clone: the imports of the HTTP and reading code (while the server is probed and git
+    clones), then, once :meth:`decide` says it is a gitxet server, the discovery of its CAS
+    and the node cache. :meth:`take` hands the remote over once; :attr:`access` is set
+    after :meth:`join` (None if that failed)."""
 
     def __init__(self, url: str, settings: Any) -> None:
         self.url = url
         self.access: Any = None
         self._settings = settings
         self._remote: Any = None
+        self._gitxet = False
+        self._decided = threading.Event()
         self._taken = False
         self._thread = threading.Thread(target=self._build, name="gitxet-clone-prep", daemon=True)
         self._thread.start()
 
+    def decide(self, gitxet: bool) -> None:
+        """Say whether the server is a gitxet server (its CAS is then opened)."""
+        self._gitxet = gitxet
+        self._decided.set()
+
     def _build(self) -> None:
         try:
-            from gitxet.dataset import HttpAccess
-
-            self.access = HttpAccess.from_settings(self._settings)
-            self._remote = self.access.remote_factory(self.url)
             import importlib
 
-            for name in _CHECKOUT_MODULES:  # what the checkout imports next, while git works
+            from gitxet.dataset import HttpAccess
+
+            for name in _CHECKOUT_MODULES:  # what the checkout imports, while git works
                 importlib.import_module(name)
+            self.access = HttpAccess.from_settings(self._settings)
+            self._decided.wait()
+            if self._gitxet:
+                self._remote = self.access.remote_factory(self.url)
         except Exception:  # built again where it is used, and failing there
             self._remote = None
 
@@ -92,7 +108,9 @@ class _Prepared:
         return self._remote
 
     def close(self) -> None:
-        """Close the remote if nobody took it."""
+        """Close the remote if nobody took it (and end the thread, decided or not)."""
+        if not self._decided.is_set():
+            self.decide(False)
         if self._taken:
             return
         self._taken = True
@@ -156,9 +174,12 @@ def run(
     from gitxet.settings import Settings
 
     settings = Settings.load()
-    env, gitxet_server = _fast_auth(src, settings)
-    prepared = _Prepared(src, settings) if gitxet_server and not lazy else None
+    http = src.startswith(("http://", "https://"))
+    prepared = _Prepared(src, settings) if http and not lazy else None
     try:
+        env, gitxet_server = _fast_auth(src, settings)
+        if prepared is not None:
+            prepared.decide(gitxet_server)
         return _clone(src, directory, lazy, branch, env, settings, prepared)
     finally:
         if prepared is not None:
