@@ -79,6 +79,7 @@ _INO_PERSON = b"gitxet.vfs.ino"  # blake2b personalisation: domain-separates the
 _MAX_SPOOLS = 8  # big plain blobs kept in temporary files
 _IDLE_BEFORE_STATS = 0.5  # seconds without a listing or a first read of a file before statfs
 # is summed in the background (its walk would compete with them for the one interpreter)
+_SIBLINGS_AHEAD = 32  # directories after a listed one offered to the prefetcher
 _MAX_INFOS = 1 << 16  # blob sizes/pointers remembered (a node keeps its own attributes)
 #: pointer files of a directory described together when the first of them is read from a
 #: server (one request for them all, :meth:`CommitFS._describe_around`)
@@ -129,6 +130,7 @@ class _Prefetcher:
         self._limit = limit
         self._threads = threads  # two: one parses while the other waits on git
         self._todo: deque[_Dir] = deque()
+        self._queued: set[int] = set()  # inode numbers in _todo (each is queued once)
         self._cond = threading.Condition()
         self._started = 0
         self._closed = False
@@ -139,9 +141,11 @@ class _Prefetcher:
         with self._cond:
             if self._closed:
                 return
-            self._todo.extendleft(reversed(nodes))  # the first child comes out first
+            fresh = [n for n in nodes if n.ino not in self._queued]
+            self._queued.update(n.ino for n in fresh)
+            self._todo.extendleft(reversed(fresh))  # the first child comes out first
             while len(self._todo) > self._limit:
-                self._todo.pop()
+                self._queued.discard(self._todo.pop().ino)
             # as many threads as there is work for (a flat tree is offered once, at the root)
             while self._started < min(self._threads, len(self._todo)):
                 self._started += 1
@@ -156,6 +160,7 @@ class _Prefetcher:
                 if self._closed:
                     return
                 node = self._todo.popleft()
+                self._queued.discard(node.ino)
             try:
                 self._work(node)
             except Exception as exc:  # a closed repository, ...: prefetch is only a hint
@@ -271,7 +276,7 @@ class _Dir(_Node):
     lookup is a bisection, no dict) once listed; ``entries`` holds its parsed tree until
     then."""
 
-    __slots__ = ("_path", "entries", "names", "order")
+    __slots__ = ("_path", "entries", "listed", "names", "order")
 
     def __init__(
         self, ino: int, parent: _Dir | None, name: bytes, mode: int, sha: bytes, path: bytes
@@ -281,6 +286,7 @@ class _Dir(_Node):
         self.entries: Tree | None = EMPTY_TREE if mode == MODE_GITLINK else None
         self.names: list[bytes] | None = None
         self.order: list[_Node] = []
+        self.listed = False  # children, their sizes and link counts all known
 
     @property
     def path(self) -> bytes:
@@ -508,8 +514,19 @@ class CommitFS:
         subdirectories offered to the prefetcher."""
         node = self._dir(ino)
         self._busy_at = time.monotonic()
-        self._flights.run(("list", node.ino), lambda: self._list(node))
-        self._prefetcher.offer([c for c in node.order if isinstance(c, _Dir)])
+        if not node.listed:
+            self._flights.run(("list", node.ino), lambda: self._list(node))
+        # what a depth-first walk reaches next: this directory's subdirectories, then the
+        # siblings after it (offered again and again as the walk goes: the prefetcher
+        # keeps only its last offers)
+        ahead = [c for c in node.order if isinstance(c, _Dir) and not c.listed]
+        up = node.parent
+        if up is not node and up.names is not None:
+            i = bisect.bisect_right(up.names, node.name)
+            ahead += [
+                c for c in up.order[i : i + _SIBLINGS_AHEAD] if isinstance(c, _Dir) and not c.listed
+            ]
+        self._prefetcher.offer(ahead)
         return node
 
     def _list(self, node: _Dir) -> None:
@@ -528,11 +545,12 @@ class CommitFS:
             for c, raw in zip(part, raws, strict=True):
                 if raw is not None:
                     c.size = 2 + count_subtrees(raw, len(c.sha))
+        node.listed = True
 
     def _prefetch_one(self, node: _Dir) -> None:
         """Prefetch: list a directory a walk is about to reach (``find`` lists each
         subdirectory right after its parent), overlapping that work with the walk."""
-        if node.names is None or any(c.size < 0 and c.kind is not NodeKind.DIR for c in node.order):
+        if not node.listed:
             try:
                 self._flights.run(("list", node.ino), lambda: self._list(node))
             except OSError:

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -845,3 +847,29 @@ def test_first_event_loop_read_from_a_local_store_describes_its_listed_neighbour
             assert len(asked) == 2
     finally:
         cas.close()
+
+
+def test_prefetcher_queues_a_directory_once_and_takes_the_last_offers_first() -> None:
+    """A walk offers the directories it reaches next again and again (a listed directory's
+    subdirectories, then its next siblings): each is queued once, the newest offer first."""
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+    done: list[int] = []
+
+    def work(node: Any) -> None:
+        started.set()
+        release.wait(60)
+        done.append(node.ino)
+        if len(done) == 4:
+            finished.set()
+
+    a, b, c, d = (SimpleNamespace(ino=i, shown=f"/d{i}") for i in range(4))
+    pre = model._Prefetcher(work, threads=1)
+    try:
+        pre.offer([a, b])
+        assert started.wait(60)  # a is being listed; b waits
+        pre.offer([b, c, d])  # b again: queued once
+        release.set()
+        assert finished.wait(60)
+        assert done == [0, 2, 3, 1]
+    finally:
+        pre.close()
