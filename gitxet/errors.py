@@ -20,6 +20,7 @@ Errors carry data fields; user-facing wording lives in ``gitxet.cli``.
     ├── GitError                    the git binary failed or the repo is unusable
     │   └── NotARepositoryError     a command that needs a repository ran outside one
     ├── UnsafePathError             a path from a tree that must not be written
+    ├── LocalChangesError           a work-tree file a checkout would overwrite holds changes
     ├── ConfigError                 bad user configuration
     │   └── StateBusyError          a state dir or socket another live process owns
     └── MissingDependencyError      an optional package or system library is not installed
@@ -162,6 +163,18 @@ class UnsafePathError(GitxetError):
         super().__init__(f"{shown}: refusing to write this path: {reason}")
         self.path = path
         self.reason = reason
+
+
+class LocalChangesError(GitxetError):
+    """A work-tree file holds neither its pointer nor its data: the user's changes, which
+    writing the data would destroy."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            "has changes of its own: not overwritten ('git checkout -- PATH' discards them; "
+            "then check it out again)"
+        )
+        self.path = path
 
 
 class ConfigError(GitxetError):

@@ -493,7 +493,9 @@ def checkout_cmd(
 
     Only files git's index names are written, never through a symlink; a path git would
     refuse (such as one inside a '.git' directory) fails with its name, and the other files
-    are still written. In a plain 'git clone' made without 'git xet install', it also
+    are still written. A file holding changes of the user's own (neither its pointer nor
+    its data) is never written over: it is named, and kept. In a plain 'git clone' made
+    without 'git xet install', it also
     configures git's xet filter in the repository (else git would call the files modified).
     """
     repo = _open_repo()

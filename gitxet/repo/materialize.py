@@ -17,7 +17,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, cast
 
-from gitxet.errors import GitError, GitxetError, MaterializeError, UnsafePathError
+from gitxet.errors import (
+    GitError,
+    GitxetError,
+    LocalChangesError,
+    MaterializeError,
+    UnsafePathError,
+)
 from gitxet.formats.pointer import Pointer
 from gitxet.git import process
 from gitxet.git.index import Restat, blob_id, restat_entries
@@ -25,7 +31,7 @@ from gitxet.git.paths import unsafe_path
 from gitxet.git.worktree import WorkTree
 from gitxet.hashing import from_hex
 from gitxet.repo.content import Content, Progress
-from gitxet.repo.pointers import PointerFile, try_pointer
+from gitxet.repo.pointers import PointerFile, has_own_changes, try_pointer
 from gitxet.store.cas import LocalCAS
 from gitxet.util.atomic import atomic_writer, remove_stale_temps
 from gitxet.util.streams import write_all_at
@@ -156,6 +162,11 @@ class Materializer:
         tmp_dir = self._worktree_tmp_dir()
         modes, failed = self._named_by_index(todo)
         wt = WorkTree(self.worktree)
+        with WorkTree(self.worktree) as seen:  # a file the user changed: never written over
+            for f in todo:
+                if f.path in modes and has_own_changes(seen, f.path, f.pointer):
+                    del modes[f.path]
+                    failed.append((f.path, LocalChangesError(f.path)))
         # A writer checks ``stopping`` and counts itself in ``putting`` under ``gate``
         # before it puts its file in place (renames it), and records it in ``done`` under
         # ``gate`` after; an interrupt sets ``stopping`` and waits for ``putting`` to drain:

@@ -163,6 +163,22 @@ def is_materialized(wt: WorkTree | None, path: str, ptr: Pointer) -> bool | None
     return st.st_size == ptr.size
 
 
+def has_own_changes(wt: WorkTree, path: str, ptr: Pointer) -> bool:
+    """Whether ``path`` in the work tree is a regular file holding something else than its
+    pointer text or content (a different size, not a pointer): the user's changes, which a
+    checkout must not write over. A missing file, or one that cannot be read, has none."""
+    try:
+        st = wt.lstat(path)
+        if st is None or not stat.S_ISREG(st.st_mode) or st.st_size == ptr.size:
+            return False
+        if st.st_size > MAX_POINTER_SIZE:
+            return True
+        head = wt.read_head(path, MAX_POINTER_SIZE + 1)
+    except (UnsafePathError, OSError):
+        return False  # materialize() refuses it, by name
+    return head is not None and try_pointer(head) is None
+
+
 def _matches(path: bytes, pattern: str) -> bool:
     p = os.fsdecode(path)
     pat = pattern.rstrip("/")

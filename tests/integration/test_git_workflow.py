@@ -472,3 +472,29 @@ def test_plain_git_clone_without_install_says_how_and_checkout_configures_the_fi
     remote_consistent(remote)
     out = xet("fsck", "--all", cwd=remote).stdout
     assert "3 in the local store, 0 only on the remote, 0 missing" in out, out
+
+
+def test_checkout_never_writes_over_a_file_the_user_changed(tmp_path: Path) -> None:
+    """``git xet checkout`` wrote the committed data over a materialized file the user had
+    edited, and over a pointer file the user had replaced: their changes were lost. Such
+    files are now named and kept; the others are still written."""
+    remote, work = init_repo(tmp_path)
+    rnd = random.Random(41)
+    a, b, c = rnd.randbytes(300_000), rnd.randbytes(310_000), rnd.randbytes(320_000)
+    for name, data in (("a.bin", a), ("b.bin", b), ("c.bin", c)):
+        (work / name).write_bytes(data)
+    xet("add", ".", cwd=work)
+    git("commit", "-qm", "three", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    clone = tmp_path / "clone"
+    xet("clone", str(remote), str(clone), cwd=tmp_path)
+    xet("dematerialize", "b.bin", "c.bin", cwd=clone)
+    (clone / "a.bin").write_bytes(a + b"my edit")  # an edited materialized file
+    (clone / "b.bin").write_bytes(b"my own small file\n")  # a pointer the user replaced
+    r = xet("checkout", cwd=clone, check=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "a.bin: has changes of its own" in r.stderr and "1 more" in r.stderr, r.stderr
+    assert (clone / "a.bin").read_bytes() == a + b"my edit"
+    assert (clone / "b.bin").read_bytes() == b"my own small file\n"
+    assert (clone / "c.bin").read_bytes() == c  # the untouched pointer is written
+    assert sorted(git("status", "--porcelain", cwd=clone).split()) == ["M", "M", "a.bin", "b.bin"]
