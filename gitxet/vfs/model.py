@@ -57,6 +57,7 @@ from gitxet.git.objects import (
     OBJ_TREE,
     GitObjects,
     Tree,
+    TreeRecord,
     count_subtrees,
     parse_tree_columns,
 )
@@ -324,6 +325,24 @@ def _join(parent: str, name: bytes) -> str:
     return f"/{shown}" if parent == "/" else f"{parent}/{shown}"
 
 
+def _path_among(nodes: list[_Node]) -> Callable[[bytes], str]:
+    """The path of the first of ``nodes`` holding a blob, looked up only when asked."""
+
+    def path_of(sha: bytes) -> str:
+        return next((n.shown for n in nodes if n.sha == sha), "?")
+
+    return path_of
+
+
+def _path_in(parent: str, entries: list[TreeRecord]) -> Callable[[bytes], str]:
+    """The path of the first of a tree's ``entries`` holding a blob, built only when asked."""
+
+    def path_of(sha: bytes) -> str:
+        return next((_join(parent, e.name) for e in entries if e.sha == sha), parent)
+
+    return path_of
+
+
 # ---- the filesystem ------------------------------------------------------------------------
 
 
@@ -563,7 +582,7 @@ class CommitFS:
         one object read each. Anything the batch cannot answer is left to :meth:`_attrs`,
         which reads it alone (and reports it)."""
         blobs = [c for c in node.order if c.size < 0 and c.kind is not NodeKind.DIR]
-        sizes, _ = self._batch_infos([c.sha for c in blobs], node.shown)
+        sizes, _ = self._batch_infos([c.sha for c in blobs], node.shown, _path_among(blobs))
         get, file = sizes.get, NodeKind.FILE
         for c in blobs:
             size = get(c.sha, -1)
@@ -571,12 +590,13 @@ class CommitFS:
                 c.size = size  # (a symlink too long or empty: _attrs says it is broken)
 
     def _batch_infos(
-        self, shas: list[bytes], shown: str
+        self, shas: list[bytes], shown: str, path_of: Callable[[bytes], str]
     ) -> tuple[dict[bytes, int], dict[bytes, Pointer]]:
         """The reported sizes of blobs, and the pointers among them, from one pipelined
         ``git cat-file`` exchange; blobs it cannot answer have size -1 or are left out (the
         caller sizes them one by one, and reports them). A listing asks this of every file:
-        no object per blob but for pointers."""
+        no object per blob but for pointers. ``shown`` names the directory, ``path_of`` a
+        blob's file (asked only to report a broken pointer: no name is built per entry)."""
         unique = list(dict.fromkeys(shas))
         if not unique:
             return {}, {}
@@ -592,7 +612,7 @@ class CommitFS:
             if not looks_like_pointer(data):
                 continue
             sha = unique[i]
-            pointer = self._parse_pointer(sha, data, shown)
+            pointer = self._parse_pointer(sha, data, path_of)
             if pointer is not None:  # a read of the file needs it soon
                 pointers[sha] = pointer
                 sizes[sha] = pointer.size
@@ -955,8 +975,11 @@ class CommitFS:
         self._infos.put(sha, info)
         return info
 
-    def _parse_pointer(self, sha: bytes, data: bytes, shown: str) -> Pointer | None:
-        """The pointer a small blob holds, or None (a broken one is logged once)."""
+    def _parse_pointer(
+        self, sha: bytes, data: bytes, shown: str | Callable[[bytes], str]
+    ) -> Pointer | None:
+        """The pointer a small blob holds, or None (a broken one is logged once, with its
+        file's path: ``shown``, or ``shown(sha)``)."""
         if not looks_like_pointer(data):
             return None
         try:
@@ -966,7 +989,8 @@ class CommitFS:
                 first = sha not in self._warned
                 self._warned.put(sha, True)
             if first:
-                log.warning("%s: not a valid pointer (%s); served as is", shown, exc.reason)
+                where = shown if isinstance(shown, str) else shown(sha)
+                log.warning("%s: not a valid pointer (%s); served as is", where, exc.reason)
             return None
 
     def _read_blob(self, sha: bytes, shown: str, size: int) -> bytes:
@@ -1060,7 +1084,7 @@ class CommitFS:
                     infos = [self._infos.get(sha) for sha in shas]
                 found = [i.pointer for i in infos if i is not None and i.pointer is not None]
             else:
-                found = list(self._batch_infos(shas, here.shown)[1].values())
+                found = list(self._batch_infos(shas, here.shown, _path_among(files))[1].values())
             hashes = list(dict.fromkeys(from_hex(p.xet_hash) for p in found if p.size))
             if len(hashes) > 1:
                 describe(hashes)
@@ -1117,7 +1141,9 @@ class CommitFS:
                     continue
             total, count = 0, 1
             known, _ = self._batch_infos(
-                [e.sha for e in entries if e.mode not in (MODE_DIR, MODE_GITLINK)], shown
+                [e.sha for e in entries if e.mode not in (MODE_DIR, MODE_GITLINK)],
+                shown,
+                _path_in(shown, entries),
             )
             for e in entries:
                 if e.mode == MODE_DIR:

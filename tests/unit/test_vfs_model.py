@@ -873,3 +873,33 @@ def test_prefetcher_queues_a_directory_once_and_takes_the_last_offers_first() ->
         assert done == [0, 2, 3, 1]
     finally:
         pre.close()
+
+
+def test_broken_pointer_found_by_a_listing_is_named_by_its_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A blob of a pointer's size that starts like one but does not parse is served as is,
+    and the warning names the file, not the directory whose listing read it."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    good = Pointer(sha256="ab" * 32, size=12345, xet_hash="cd" * 32).encode()
+    broken = good.replace(b"size 12345", b"size 1234x")  # same length, not canonical
+    assert len(broken) == len(good)
+    write(repo, "imgs/a.bin", b"plain\n")
+    write(repo, "imgs/bad.bin", broken)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "broken pointer")
+    head = git(repo, "rev-parse", "HEAD").strip()
+    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
+    caplog.set_level(logging.WARNING, logger="gitxet.vfs.model")
+    try:
+        with CommitFS(str(repo), head, cas) as fs:
+            names = [name for name, _ in fs.readdir(fs.resolve_path(b"imgs").ino)]
+            assert b"bad.bin" in names
+            node = fs.resolve_path(b"imgs/bad.bin")
+            assert read_all(fs, node.ino) == broken
+    finally:
+        cas.close()
+    warned = [r.getMessage() for r in caplog.records if "not a valid pointer" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("/imgs/bad.bin: "), warned
