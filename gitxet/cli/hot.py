@@ -192,11 +192,12 @@ def pre_push(remote: str, url: str = "") -> None:
 
         with byte_progress("uploading", None) as bar:
             summary = repo.push_data(url or remote, pointers, progress=bar)
-        print(
-            f"git-xet: {summary.files} files ({total:,} bytes): sent {summary.xorbs_sent} "
-            f"xorbs, {summary.xorbs_skipped} already on the remote",
-            file=sys.stderr,
+        moved = (
+            f"sent {summary.xorbs_sent} xorbs, {summary.xorbs_skipped} already on the remote"
+            if summary.xorbs_sent or summary.shards_sent
+            else "all already on the remote"  # (described there: no xorb was even looked at)
         )
+        print(f"git-xet: {summary.files} files ({total:,} bytes): {moved}", file=sys.stderr)
     leave_receipts(repo.remote_url(url or remote), revs)
 
 

@@ -251,3 +251,23 @@ def test_rules_travel_with_the_repository(tmp_path: Path) -> None:
     xet("untrack", "*.jpg", cwd=work)
     assert (work / ".gitattributes").read_text() == "* filter=xet diff=xet merge=xet -text\n"
     assert git("diff", "--cached", "--name-only", cwd=work).strip() == ".gitattributes"
+
+
+def test_a_push_of_data_already_on_the_remote_says_so(tmp_path: Path) -> None:
+    """A push the remote refused after the hook uploaded its data, pushed again: the data
+    is there already, and the summary says so (it said 'sent 0 xorbs, 0 already on the
+    remote')."""
+    remote, _ = origin_with_data(tmp_path)
+    work = tmp_path / "origin"
+    (work / "b.bin").write_bytes(random.Random(3).randbytes(300_000))
+    git("add", "b.bin", cwd=work)
+    git("commit", "-q", "-m", "two", cwd=work)
+    once = tmp_path / "refused-once"
+    refuse = remote / "hooks" / "pre-receive"  # (gitxet may chain it: it refuses only once)
+    refuse.write_bytes(f"#!/bin/sh\n[ -e '{once}' ] && exit 0\ntouch '{once}'\nexit 1\n".encode())
+    refuse.chmod(0o755)
+    first = run("git", "push", "origin", "main", cwd=work, check=False)
+    assert first.returncode != 0 and "sent 1 xorbs" in first.stderr, first.stderr
+    out = run("git", "push", "origin", "main", cwd=work).stderr
+    assert "git-xet: 1 files (300,000 bytes): all already on the remote" in out, out
+    assert "sent 0 xorbs" not in out, out
