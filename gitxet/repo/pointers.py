@@ -166,10 +166,15 @@ def is_materialized(wt: WorkTree | None, path: str, ptr: Pointer) -> bool | None
 def has_own_changes(wt: WorkTree, path: str, ptr: Pointer) -> bool:
     """Whether ``path`` in the work tree is a regular file holding something else than its
     pointer text or content (a different size, not a pointer): the user's changes, which a
-    checkout must not write over. A missing file, or one that cannot be read, has none."""
+    checkout must not write over. A missing file, or one that cannot be read, has none.
+
+    A file of its content's size, or of its pointer text's, is taken as unchanged without a
+    read (a clone checks every pointer git just wrote: one ``lstat`` each, not a read)."""
     try:
         st = wt.lstat(path)
         if st is None or not stat.S_ISREG(st.st_mode) or st.st_size == ptr.size:
+            return False
+        if st.st_size == len(ptr.encode()):
             return False
         if st.st_size > MAX_POINTER_SIZE:
             return True
