@@ -124,19 +124,35 @@ def toplevel(cwd: PathArg) -> Path:
     return Path(os.fsdecode(one_line(run_git(["rev-parse", "--show-toplevel"], cwd))))
 
 
-def locate(cwd: PathArg) -> tuple[Path, Path | None]:
-    """:func:`git_dir` and :func:`toplevel` (None in a bare repository or inside ``.git``)
-    from one git process: every gitxet command, hook and filter starts by asking both."""
-    args: list[GitArg] = ["rev-parse", "--absolute-git-dir", "--show-toplevel"]
+class Location(NamedTuple):
+    """Where a repository is: its git directory, the directory its linked work trees share
+    (``git_dir`` itself except in a ``git worktree add`` work tree) and its work tree."""
+
+    git_dir: Path
+    common_dir: Path
+    worktree: Path | None
+
+
+def locate(cwd: PathArg) -> Location:
+    """:func:`git_dir`, the common git directory and :func:`toplevel` (None in a bare
+    repository or inside ``.git``) from one git process: every gitxet command, hook and
+    filter starts by asking them."""
+    args: list[GitArg] = [
+        "rev-parse",
+        "--absolute-git-dir",
+        "--git-common-dir",  # relative to cwd unless absolute (--path-format: git 2.31)
+        "--show-toplevel",
+    ]
     result = run(args, cwd, None)
     lines = result.stdout.splitlines()
-    if not lines:  # not a repository (or git failed before printing anything)
+    if len(lines) < 2:  # not a repository (or git failed before printing anything)
         raise fail(args, result, cwd)
-    git_dir = Path(os.fsdecode(lines[0]))
-    # no work tree: git prints the git directory, then fails on --show-toplevel
-    if result.returncode != 0 or len(lines) < 2:
-        return git_dir, None
-    return git_dir, Path(os.fsdecode(lines[1]))
+    git_dir, common = (Path(os.fsdecode(line)) for line in lines[:2])
+    common = Path(os.path.abspath(os.path.join(os.fsdecode(cwd), common)))
+    # no work tree: git prints the git directories, then fails on --show-toplevel
+    if result.returncode != 0 or len(lines) < 3:
+        return Location(git_dir, common, None)
+    return Location(git_dir, common, Path(os.fsdecode(lines[2])))
 
 
 def rev_parse(cwd: PathArg, rev: str) -> str:

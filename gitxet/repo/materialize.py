@@ -44,12 +44,13 @@ __all__ = ["MaterializedRecords", "Materializer"]
 
 class MaterializedRecords:
     """Files :class:`Materializer` wrote, by path: ``[size, mtime_ns, inode, pointer
-    text]``, in ``<store>/materialized.json``. A file with the same stat still holds the
-    content it was written with, so its pointer is known without reading it."""
+    text]``, in ``<store>/materialized.json`` (``<directory>/materialized.json``: a linked
+    work tree's own, next to its index). A file with the same stat still holds the content
+    it was written with, so its pointer is known without reading it."""
 
-    def __init__(self, cas: LocalCAS) -> None:
+    def __init__(self, cas: LocalCAS, directory: Path | None = None) -> None:
         self._cas = cas
-        self.path = Path(cas.root) / "materialized.json"
+        self.path = (directory or Path(cas.root)) / "materialized.json"
         self._cached: tuple[tuple[int, int, int], dict[str, list[object]]] | None = None
 
     def remember(self, written: dict[str, list[object]]) -> None:

@@ -58,11 +58,13 @@ class XetRepo:
         stats_path: str | None = None,
         remote_factory: Callable[[str], CASRemote] | None = None,
     ) -> None:
-        git_dir, worktree = process.locate(path)
-        self.git_dir = git_dir.resolve()
-        self.worktree: Path | None = worktree.resolve() if worktree is not None else None
+        where = process.locate(path)
+        self.git_dir = where.git_dir.resolve()
+        self.worktree: Path | None = where.worktree.resolve() if where.worktree else None
         self.cwd = str(self.worktree or self.git_dir)
-        self.cas = LocalCAS(str(self.git_dir / "xet"))
+        # one store for all the work trees of a repository ('git worktree add' gives each
+        # its own git dir, which keeps its index and what gitxet wrote into that work tree)
+        self.cas = LocalCAS(str(where.common_dir.resolve() / "xet"))
         self._lazy = lazy
         self._stats_path = stats_path
         self.remotes = Remotes(self.cwd, remote_factory)
@@ -73,7 +75,7 @@ class XetRepo:
         """Which work-tree files gitxet wrote, from which pointer."""
         from gitxet.repo.materialize import MaterializedRecords
 
-        return MaterializedRecords(self.cas)
+        return MaterializedRecords(self.cas, self.git_dir / "xet")
 
     @functools.cached_property
     def filter(self) -> FilterHandler:

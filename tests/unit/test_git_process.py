@@ -63,8 +63,8 @@ def test_paths(repo: Path) -> None:
     assert gp.toplevel(sub) == repo
     with pytest.raises(NotARepositoryError, match="not a git repository"):
         gp.toplevel(repo.parent)
-    assert gp.locate(sub) == (repo / ".git", repo)  # both from one git process
-    assert gp.locate(repo / ".git") == (repo / ".git", None)  # no work tree in there
+    assert gp.locate(sub) == (repo / ".git", repo / ".git", repo)  # from one git process
+    assert gp.locate(repo / ".git") == (repo / ".git",) * 2 + (None,)  # no work tree there
     with pytest.raises(NotARepositoryError, match="not a git repository"):
         gp.locate(repo.parent)
 
@@ -72,7 +72,18 @@ def test_paths(repo: Path) -> None:
 def test_locate_bare(tmp_path: Path, run_git_cmd: Git) -> None:
     bare = tmp_path / "bare.git"
     run_git_cmd(tmp_path, "init", "-q", "--bare", str(bare))
-    assert gp.locate(bare) == (bare, None)
+    assert gp.locate(bare) == (bare, bare, None)
+
+
+def test_locate_linked_worktree(repo: Path, run_git_cmd: Git) -> None:
+    """A 'git worktree add' work tree has its own git dir; its common dir is the main one's
+    (where the store is)."""
+    run_git_cmd(repo, "commit", "-q", "--allow-empty", "-m", "c")
+    linked = repo.parent / "linked"
+    run_git_cmd(repo, "worktree", "add", "-q", "-b", "other", str(linked))
+    (linked / "d").mkdir()
+    where = gp.locate(linked / "d")
+    assert where == (repo / ".git" / "worktrees" / "linked", repo / ".git", linked)
 
 
 def test_git_version() -> None:

@@ -1,0 +1,81 @@
+"""Everyday git commands on a gitxet repository, with the real git binary: after each,
+the files hold their content, ``git status`` is clean and ``git xet fsck`` passes."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(autouse=True)
+def gitxet_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """git calls ``git-xet`` back: make sure it is this interpreter's."""
+    bindir = os.path.dirname(sys.executable)
+    monkeypatch.setenv("PATH", bindir + os.pathsep + os.environ.get("PATH", ""))
+
+
+def run(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=120)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{args} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def git(*args: str, cwd: Path) -> str:
+    return run("git", *args, cwd=cwd).stdout
+
+
+def data(seed: int, size: int = 20_000) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+def assert_clean(work: Path) -> None:
+    """git sees no change, and fsck finds every pointer's data."""
+    assert git("status", "--porcelain", cwd=work) == ""
+    fsck = run("git-xet", "fsck", cwd=work, check=False)
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    """A gitxet repository (threshold 4k, filter installed) with one pointer file."""
+    work = tmp_path / "work"
+    git("init", "-q", str(work), cwd=tmp_path)
+    run("git-xet", "install", "--local", cwd=work)
+    run("git-xet", "init", "--threshold", "4k", cwd=work)
+    (work / "data").mkdir()
+    (work / "data" / "a.bin").write_bytes(data(1))
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", "one", cwd=work)
+    return work
+
+
+def test_worktree_add_reads_the_shared_store(work: Path, tmp_path: Path) -> None:
+    """'git worktree add' gives the new work tree a git dir of its own: its files are
+    smudged from, and its commits cleaned into, the repository's one store (the data of
+    an unpushed commit is only there); each work tree stays clean."""
+    git("switch", "-q", "-c", "topic", cwd=work)
+    (work / "data" / "a.bin").write_bytes(data(2))
+    git("commit", "-q", "-am", "local only", cwd=work)
+    git("switch", "-q", "main", cwd=work)
+
+    linked = tmp_path / "linked"
+    git("worktree", "add", "-q", str(linked), "topic", cwd=work)
+    assert (linked / "data" / "a.bin").read_bytes() == data(2)
+    assert_clean(linked)
+    assert not (work / ".git" / "worktrees" / "linked" / "xet" / "xorbs").exists()
+
+    (linked / "data" / "b.bin").write_bytes(data(3))
+    run("git-xet", "add", "data/b.bin", cwd=linked)
+    git("commit", "-q", "-m", "from the linked work tree", cwd=linked)
+    assert_clean(linked)
+    git("merge", "-q", "topic", cwd=work)
+    assert (work / "data" / "b.bin").read_bytes() == data(3)
+    assert_clean(work)
