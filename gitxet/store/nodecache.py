@@ -19,6 +19,9 @@ How it stays fast and bounded with many processes at once:
   transaction, so the bytes the index counts (ranges written plus ranges being written)
   never exceed the cap, however many processes write.
 * **Eviction cost does not grow with the cache**: victims come from an index on last use.
+* **A killed writer leaves nothing that sticks**: a range reserved but still unwritten
+  after :data:`STALE_RESERVATION` is a dead writer's (``kill -9`` of a mount daemon): the
+  next writer of that range takes it over, and opening the cache stops counting the rest.
 * **Last use is approximate**: hits are remembered in memory and written in one
   transaction every few seconds, so a read never writes to the index.
 * **Integrity**: a range is written only from chunks verified against their hashes. A
@@ -63,6 +66,7 @@ CREATE TABLE IF NOT EXISTS ranges (
     UNIQUE (xorb, cs, ce)
 );
 CREATE INDEX IF NOT EXISTS ranges_used ON ranges (used);
+CREATE INDEX IF NOT EXISTS ranges_unready ON ranges (used) WHERE ready = 0;
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (k, v) VALUES ('total', 0);
 """
@@ -73,6 +77,10 @@ TOUCH_INTERVAL = 2.0
 OPEN_FILES = 64
 #: temp files older than this are debris of killed writers (seconds)
 STALE_TMP = 3600.0
+#: a range reserved this long ago and still not written is a killed writer's (seconds):
+#: its bytes stop counting and the range may be written again (a live writer that slow
+#: only loses its write: publishing finds its row gone)
+STALE_RESERVATION = 120.0
 
 
 class ChunkLayout(Protocol):
@@ -154,6 +162,7 @@ class NodeCache:
         self.hit_bytes = 0  # decoded bytes served by read()
         self.stored_bytes = 0
         self._sweep_tmp()
+        self._drop_stale_reservations()
 
     def _start(self) -> None:
         """This process's connection and state (again in a forked child: an sqlite
@@ -200,6 +209,26 @@ class NodeCache:
                 with contextlib.suppress(OSError):
                     if os.stat(p).st_mtime < cutoff:
                         os.unlink(p)
+
+    def _drop_stale_reservations(self) -> None:
+        """Forget ranges reserved by writers that died before publishing them."""
+        cutoff = time.time() - STALE_RESERVATION
+        with contextlib.suppress(sqlite3.Error), self._db_lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute(
+                    "SELECT count(*), coalesce(sum(nbytes), 0) FROM ranges "
+                    "WHERE ready = 0 AND used < ?",
+                    (cutoff,),
+                ).fetchone()
+                if row[0]:
+                    db.execute("DELETE FROM ranges WHERE ready = 0 AND used < ?", (cutoff,))
+                    db.execute(
+                        "UPDATE meta SET v = max(0, v - ?) WHERE k = 'total'", (int(row[1]),)
+                    )
+            finally:
+                db.execute("COMMIT")
 
     def close(self) -> None:
         """Write remembered hits, close open range files and the index."""
@@ -568,14 +597,19 @@ class NodeCache:
                 db = self._db
                 db.execute("BEGIN IMMEDIATE")
                 try:
-                    held = db.execute(
-                        "SELECT 1 FROM ranges WHERE xorb = ? AND cs <= ? AND ce >= ? LIMIT 1",
-                        (xorb, cs, ce),
-                    ).fetchone()
-                    if held is not None:
-                        db.execute("ROLLBACK")
-                        return None
                     total = int(db.execute("SELECT v FROM meta WHERE k = 'total'").fetchone()[0])
+                    cutoff = time.time() - STALE_RESERVATION
+                    for rid, ready, used, held_n in db.execute(
+                        "SELECT id, ready, used, nbytes FROM ranges "
+                        "WHERE xorb = ? AND cs <= ? AND ce >= ?",
+                        (xorb, cs, ce),
+                    ).fetchall():
+                        if ready or used >= cutoff:
+                            db.execute("ROLLBACK")
+                            return None
+                        # reserved by a writer that died before publishing it
+                        db.execute("DELETE FROM ranges WHERE id = ?", (rid,))
+                        total -= int(held_n)
                     while total + n > self.max_bytes:
                         rows = db.execute(
                             "SELECT id, xorb, cs, ce, nbytes FROM ranges ORDER BY used LIMIT 32"

@@ -244,3 +244,35 @@ def test_a_read_across_ranges_with_a_bad_one_is_none_never_partial(tmp_path: Pat
     assert other.read(lay.xorb, lay, 5, offs[30] - 5) is None
     assert other.read(lay.xorb, lay, 5, offs[20]) == lay.data[5 : offs[20]]
     other.close()
+
+
+def test_a_range_whose_writer_died_is_stored_again_and_not_counted(tmp_path: Path) -> None:
+    # A writer killed (kill -9 of a mount daemon) between reserving a range and publishing
+    # it left an unready row behind: every later put of that range was refused ("being
+    # written by someone else"), so the node never cached it again, and the index counted
+    # its bytes forever. A reservation older than the bound is a dead writer's.
+    from gitxet.store import nodecache
+
+    lay = Lay(11)
+    root = str(tmp_path / "c")
+    cache = NodeCache(root, 1 << 20)
+    n = lay.data_offsets[10] - lay.data_offsets[0]
+    assert cache._reserve(lay.xorb, 0, 10, 0, n) is not None  # then the writer "dies"
+    assert not lay.put(cache, 0, 10)  # a live writer's reservation is respected
+    old = nodecache.time.time() - nodecache.STALE_RESERVATION - 1
+    db = sqlite3.connect(os.path.join(root, "index.sqlite"))
+    with db:
+        db.execute("UPDATE ranges SET used = ?", (old,))
+    assert lay.put(cache, 0, 10)  # the dead writer's reservation is taken over
+    assert cache.read(lay.xorb, lay, 0, n) == lay.data[:n]
+    assert cache_total(root) == n
+    # one left by a dead writer for a range nobody asks for again: dropped at open
+    assert cache._reserve(lay.xorb, 20, 30, lay.data_offsets[20], 1000) is not None
+    with db:
+        db.execute("UPDATE ranges SET used = ? WHERE ready = 0", (old,))
+    cache.close()
+    assert cache_total(root) == n + 1000
+    NodeCache(root, 1 << 20).close()
+    assert cache_total(root) == n
+    assert db.execute("SELECT count(*) FROM ranges WHERE ready = 0").fetchone()[0] == 0
+    db.close()
