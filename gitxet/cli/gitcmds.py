@@ -340,9 +340,18 @@ def fsck_cmd(
     """
     from gitxet.cli._errors import describe
     from gitxet.cli._progress import human_size
+    from gitxet.cli.inspection import _head
     from gitxet.data.audit import verify_pointers, verify_store
     from gitxet.errors import ConfigError, GitxetError, RemoteError
+    from gitxet.git import process
+    from gitxet.server.githttp import served_root
 
+    server = served_root(str(process.git_dir(".")))
+    if server is not None:  # nothing of its data is in there: say so, create no store
+        raise ConfigError(
+            f"this is a repository of 'git xet serve --root {shown(server)}': its file data "
+            "is in the server's store, not here; run 'git xet fsck' in a clone of it"
+        )
     repo = _open_repo()
     total = repo.cas.stats().xorb_bytes
     with byte_progress("verifying", total or None) as advance:
@@ -356,7 +365,9 @@ def fsck_cmd(
     if all_refs:
         found, scope = repo.history_pointers(repo.ref_tips(all_refs=True)), "all branches and tags"
     else:
-        found, scope = [(f.path, f.pointer) for f in repo.pointer_files("HEAD")], "HEAD"
+        born = _head(repo) is not None  # before the first commit: nothing to find
+        found = [(f.path, f.pointer) for f in repo.pointer_files("HEAD")] if born else []
+        scope = "HEAD"
     name = remote or repo.default_remote()
     unasked: GitxetError | None = None  # why the remote could not be asked
     try:

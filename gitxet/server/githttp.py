@@ -362,6 +362,18 @@ def repos_dir(root: str) -> str:
     return os.path.join(os.path.abspath(root), "repos")
 
 
+def served_root(git_dir: str) -> str | None:
+    """The ``--root`` of the ``git xet serve`` that ``git_dir`` is a repository of
+    (``<root>/repos/<name>.git`` next to the server's tokens, locks or CAS), else None: its
+    file data is in the server's store, not in the repository."""
+    repos = os.path.dirname(os.path.abspath(git_dir))
+    root = os.path.dirname(repos)
+    if os.path.basename(repos) != "repos" or not git_dir.rstrip("/").endswith(".git"):
+        return None
+    markers = ("tokens.json", "locks", "cas")
+    return root if any(os.path.exists(os.path.join(root, m)) for m in markers) else None
+
+
 def create_repo(root: str, name: str) -> str:
     """``git init --bare`` a repository under ``root``; returns its path. Needs no web
     framework (``git xet repo create`` works without the server extra).

@@ -79,3 +79,24 @@ def test_worktree_add_reads_the_shared_store(work: Path, tmp_path: Path) -> None
     git("merge", "-q", "topic", cwd=work)
     assert (work / "data" / "b.bin").read_bytes() == data(3)
     assert_clean(work)
+
+
+def test_fsck_in_a_server_repository_says_its_data_is_in_the_server_store(
+    tmp_path: Path,
+) -> None:
+    """Inside ``<root>/repos/NAME.git`` of 'git xet serve' fsck said every file was missing
+    (the data is in the server's store): it says what the directory is, creates no store."""
+    root = tmp_path / "srv"
+    run("git-xet", "repo", "create", "--root", str(root), "data", cwd=tmp_path)
+    run("git-xet", "token", "create", "--root", str(root), cwd=tmp_path)
+    served = root / "repos" / "data.git"
+    r = run("git-xet", "fsck", cwd=served, check=False)
+    assert r.returncode == 1
+    assert "repository of 'git xet serve --root" in r.stderr and "clone" in r.stderr
+    assert "Traceback" not in r.stderr and not (served / "xet").exists()
+
+
+def test_fsck_before_the_first_commit_is_clean(tmp_path: Path) -> None:
+    git("init", "-q", "new", cwd=tmp_path)
+    r = run("git-xet", "fsck", cwd=tmp_path / "new", check=False)
+    assert r.returncode == 0 and "pointer files in HEAD: 0" in r.stdout, r.stderr
