@@ -66,6 +66,8 @@ from gitxet.hashing import to_hex
 from gitxet.settings import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREFETCH_BYTES,
+    TOKEN_ENV,
+    TOKEN_FILE_ENV,
     Settings,
     child_env,
     redact,
@@ -678,7 +680,10 @@ def mirror_git_metadata(url: str, access: HttpAccess) -> str:
         if not os.path.isdir(path):
             raise NotFoundError(f"{clean}: not in the cache (offline)")
         return path
-    env = child_env(_git_auth_env(token))
+    # the token is the one ``access`` chose (or none): git's credential helper must not
+    # find another in this process's GITXET_TOKEN (a plugin's own, which its volumes
+    # never get)
+    env = child_env(_git_auth_env(token), drop=(TOKEN_ENV, TOKEN_FILE_ENV))
     if os.path.isdir(path):
         args = ["git", "--git-dir", path, "fetch", "--quiet", "--prune", "origin"]
     else:

@@ -195,3 +195,26 @@ def test_git_xet_clone_authenticates_git_without_a_credential_round_trip(
         env={**os.environ, **env},
         cwd=clone,
     )
+
+
+def test_a_plugin_never_resolves_a_volume_with_its_own_gitxet_token(
+    srv: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Docker and CSI plugins keep their GITXET_TOKEN from their volumes (a volume brings
+    # its own token), but the git metadata mirror ran git with the plugin's environment,
+    # and git's credential helper answered with that token: a volume without a token
+    # resolved (the repo's refs were read with the plugin's authority), then its daemon
+    # failed. A volume without a token must be refused at once.
+    from gitxet.cli._env import plugin_resolver
+    from gitxet.errors import GitxetError
+    from gitxet.plugins.mounter import MountSpec
+
+    url, token = srv
+    work, _ = _make_work(tmp_path, url)
+    run("git", "push", "-q", "origin", "main", cwd=work, env={"GITXET_TOKEN": token})
+    monkeypatch.setenv("GITXET_TOKEN", token)  # the plugin's own
+    resolve = plugin_resolver(str(tmp_path / "plugin-cache"))
+    with pytest.raises(GitxetError, match="refused the credentials"):
+        resolve(MountSpec(repo=url, commit="main"))
+    sha = run("git", "rev-parse", "main", cwd=work).stdout.strip()
+    assert resolve(MountSpec(repo=url, commit="main", token=token)) == sha
