@@ -269,6 +269,13 @@ def add_cmd(
         if proc.returncode < 0:  # killed: 128 + the signal, as a shell says
             raise typer.Exit(128 - proc.returncode)
         if proc.returncode != 0:  # git said why; its failures exit 1, as documented
+            lock = process.git_dir(root) / "index.lock"
+            if lock.exists():  # git's words do not say that a killed add leaves it
+                _say(
+                    f"git-xet: {shown(str(lock))} is in the way: another git command is "
+                    "running here, or one was killed (a killed 'git xet add' leaves it); "
+                    "if none is running, remove that file and add again"
+                )
             raise typer.Exit(1)
         files = new = reused = 0
         with open(stats, encoding="utf-8") as f:

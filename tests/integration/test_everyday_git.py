@@ -100,3 +100,18 @@ def test_fsck_before_the_first_commit_is_clean(tmp_path: Path) -> None:
     git("init", "-q", "new", cwd=tmp_path)
     r = run("git-xet", "fsck", cwd=tmp_path / "new", check=False)
     assert r.returncode == 0 and "pointer files in HEAD: 0" in r.stdout, r.stderr
+
+
+def test_add_with_an_index_lock_left_behind_says_what_to_do(work: Path) -> None:
+    """A killed 'git xet add' leaves git's index.lock; the next add names it and says to
+    remove it when no git command is running (git's own words do not mention the kill)."""
+    (work / ".git" / "index.lock").write_bytes(b"")
+    (work / "data" / "b.bin").write_bytes(data(4))
+    r = run("git-xet", "add", "data/b.bin", cwd=work, check=False)
+    assert r.returncode == 1
+    ours = [line for line in r.stderr.splitlines() if line.startswith("git-xet:")]
+    assert len(ours) == 1 and "index.lock" in ours[0] and "remove" in ours[0], r.stderr
+    (work / ".git" / "index.lock").unlink()
+    run("git-xet", "add", "data/b.bin", cwd=work)
+    git("commit", "-q", "-m", "two", cwd=work)
+    assert_clean(work)
