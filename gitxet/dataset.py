@@ -421,7 +421,7 @@ def fetch_from_any(
         DataUnavailableError: some file is on no remote (naming the remotes tried, and the
             file's path when ``paths`` maps its hex hash to one).
     """
-    missing = [h for h in dict.fromkeys(file_hashes) if not local.has_file_data(h)]
+    missing = local.lacking_data(file_hashes)
     search = Search([], [])
     files = xorbs = skipped = shards = moved = 0
     for name in order:
@@ -438,10 +438,11 @@ def fetch_from_any(
                 if have and warm:
                     moved += int(src.warm(have, progress))  # type: ignore[attr-defined]
             else:
-                have = [h for h in missing if remote.shards_for_file(h)]
+                have = _known_files(remote, missing)
                 if have:
                     s = _fetch_each(local, remote, have, progress, search, where)
-                    have = [h for h in have if local.has_file_data(h)]
+                    gone = set(local.lacking_data(have))
+                    have = [h for h in have if h not in gone]
                     xorbs, skipped = xorbs + s.xorbs_sent, skipped + s.xorbs_skipped
                     shards, moved = shards + s.shards_sent, moved + s.bytes_sent
         except GitxetError as exc:
@@ -456,6 +457,16 @@ def fetch_from_any(
         hx = to_hex(missing[0])
         raise search.error(hx, (paths or {}).get(hx), len(missing) - 1)
     return TransferSummary(files, xorbs, skipped, shards, moved)
+
+
+def _known_files(remote: CASRemote, hashes: list[bytes]) -> list[bytes]:
+    """Those of ``hashes`` that ``remote`` describes (an embedded store answers from its
+    index, without reading a shard per file)."""
+    by_name = getattr(remote, "shard_names_for_files", None)
+    if by_name is None:
+        return [h for h in hashes if remote.shards_for_file(h)]
+    unknown = set(by_name(hashes)[1])
+    return [h for h in hashes if h not in unknown]
 
 
 def _fetch_each(

@@ -229,13 +229,11 @@ def _clone(
         process.rev_parse(target, "HEAD")
     except GitError:
         return 0  # an empty repository: nothing to check out
-    # git writes pointers only (fast, tiny): with the filter switched off for this one
-    # checkout it writes each blob as it is, which is what a lazy smudge would give, without
-    # a round trip per file; the data is then written straight from the local store in
-    # parallel, without streaming every byte through git's filter pipe
-    no_filter = ["-c", "filter.xet.process=", "-c", "filter.xet.smudge=", "-c"]
-    checkout = [*no_filter, "filter.xet.required=false", "checkout", "-q", "-f", "HEAD"]
-    code = hot.run_git(checkout, target)
+    # git writes neither the pointer files' text nor their content: its index is read from
+    # HEAD, git writes every other entry, and each pointer file's content is created in
+    # place (in parallel, straight from the local store, verified) with its index stat
+    # (docs/architecture.md, "Clone")
+    code = hot.run_git(["read-tree", "HEAD"], target)
     if code:
         return code
     access: Any = None
@@ -253,18 +251,23 @@ def _clone(
         return found if found is not None else base(url)
 
     repo = hot.open_repo(target, remote_factory=factory)
-    files = repo.pointer_files(None)  # what git's index names: git checked those paths
+    files = repo.checkout_without_pointers()
     total = sum(f.pointer.size for f in files)
     from gitxet.cli._progress import byte_progress
-    from gitxet.errors import GitxetError
+    from gitxet.errors import GitxetError, LocalChangesError, MaterializeError
 
     try:
         with byte_progress("fetching", total or None) as advance:
             repo.ensure_local([f.pointer for f in files], progress=advance)
     except GitxetError:
         pass  # materialize below names each file whose data cannot be had
-    with byte_progress("checking out", total or None) as advance:
-        repo.materialize(files, progress=advance)
+    try:
+        with byte_progress("checking out", total or None) as advance:
+            repo.materialize(files, progress=advance, absent=True)
+    except MaterializeError as exc:  # those files stay pointers, as git would write them
+        kept = [p for p, why in exc.failures if not isinstance(why, LocalChangesError)]
+        repo.checkout_pointer_text(kept)
+        raise
     return 0
 
 

@@ -483,6 +483,29 @@ def index_files(cwd: PathArg, paths: Sequence[str] = ()) -> dict[str, tuple[int,
     return files
 
 
+def index_paths(cwd: PathArg) -> list[str]:
+    """Every path the index names (files, symlinks, submodules; each once)."""
+    out = run_git(["ls-files", "-z"], cwd)
+    return list(dict.fromkeys(os.fsdecode(p) for p in out.split(b"\0") if p))
+
+
+#: ``git -c`` settings that switch the xet filter off for one command: git then writes a
+#: pointer blob as it is (what a lazy smudge would give) without starting the filter
+NO_XET_FILTER = (
+    "-c", "filter.xet.process=", "-c", "filter.xet.smudge=", "-c", "filter.xet.required=false",
+)  # fmt: skip
+
+
+def checkout_index(cwd: PathArg, paths: Sequence[str]) -> None:
+    """git writes the index entries ``paths`` into the work tree as they are (the xet filter
+    off: a pointer blob as its pointer text), over whatever is there, and records their
+    stat data in the index (``checkout-index -f``)."""
+    if not paths:
+        return
+    names = b"".join(os.fsencode(p) + b"\0" for p in paths)
+    run_git([*NO_XET_FILTER, "checkout-index", "-f", "-u", "-q", "-z", "--stdin"], cwd, input=names)
+
+
 def stat_changed(cwd: PathArg) -> set[str]:
     """Paths whose index stat data no longer matches the work tree (``diff-files``: git
     compares stat data only and reads no file); empty when git cannot tell."""

@@ -5,7 +5,8 @@ work tree open as a directory handle and reaches every path from it one componen
 time (``openat`` with ``O_NOFOLLOW | O_DIRECTORY``), after checking the path against the
 rule of :mod:`gitxet.git.paths`: so neither ``../x``, ``/etc/x``, ``.git/config`` nor a
 directory that is (or is swapped for) a symlink can make a write land outside the work tree
-or in its ``.git``. Files are replaced atomically (:func:`gitxet.util.atomic.atomic_writer_at`).
+or in its ``.git``. Files are replaced atomically (:func:`gitxet.util.atomic.atomic_writer_at`)
+and created atomically (:func:`gitxet.util.atomic.atomic_creator_at`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import BinaryIO
 
 from gitxet.errors import UnsafePathError
 from gitxet.git.paths import unsafe_path
-from gitxet.util.atomic import atomic_writer_at
+from gitxet.util.atomic import atomic_creator_at, atomic_writer_at
 
 __all__ = ["WorkTree"]
 
@@ -130,3 +131,15 @@ class WorkTree:
             with atomic_writer_at(fd, name, mode=mode, durable=False, tmp_dir=tmp_dir) as f:
                 yield f, out
             out.append(os.stat(name, dir_fd=fd, follow_symlinks=False))
+
+    @contextlib.contextmanager
+    def create(self, path: str, *, mode: int) -> Iterator[tuple[BinaryIO, list[os.stat_result]]]:
+        """Yield ``(file, out)``: what is written becomes the new file ``path`` once complete
+        (missing directories are made; ``out`` then holds its stat). Nothing is replaced:
+        ``FileExistsError`` says something is at ``path`` already, and then nothing was
+        written there."""
+        with (
+            self.parent(path, create=True) as (fd, name),
+            atomic_creator_at(fd, name, mode=mode) as (f, out),
+        ):
+            yield f, out

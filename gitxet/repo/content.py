@@ -124,8 +124,7 @@ class Content:
         Raises:
             DataUnavailableError: some file's data is on no remote (naming those tried).
         """
-        hashes = [from_hex(p.xet_hash) for p in pointers if p.size]
-        missing = [h for h in hashes if not self.cas.has_file_data(h)]
+        missing = self.cas.lacking_data(from_hex(p.xet_hash) for p in pointers if p.size)
         if not missing:
             return None
         order = self.remotes.search_order(remote, commit=commit)
@@ -161,12 +160,14 @@ class Content:
         fhash = from_hex(ptr.xet_hash)
         source: ChunkSource = self.cas
         info = self.cas.file_info(fhash)
-        if info is not None and not self.cas.has_file_data(fhash):
+        here = info is not None and self.cas.has_file_data(fhash)
+        if info is not None and not here:
             # a xorb quarantined as damaged: fetched again from a path remote that has it
             with contextlib.suppress(GitxetError):
                 if any(not self.remotes.is_server(n) for n in self.remotes.names()):
                     self.ensure_local([ptr], remote, commit=commit)
-        if info is not None and not self.cas.has_file_data(fhash):
+                    here = self.cas.has_file_data(fhash)
+        if info is not None and not here:
             # added here against a server's data (dedup): the rest of its bytes are there
             source = self.with_servers(self.remotes.search_order(remote, ref=ref, commit=commit))
         elif info is None:

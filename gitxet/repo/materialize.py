@@ -129,6 +129,8 @@ class Materializer:
         remote: str | None = None,
         progress: Progress | None = None,
         workers: int | None = None,
+        *,
+        absent: bool = False,
     ) -> int:
         """Replace pointer text in the work tree by content, atomically per file; returns
         how many files were written.
@@ -137,13 +139,19 @@ class Materializer:
         then their index entries get the new stat data, so git sees them unchanged without
         reading them back through the filter. Every file that can be written is; if some
         cannot, :class:`MaterializeError` names them afterwards (they stay pointers).
+
+        With ``absent`` the work tree has no file at these paths yet (a clone whose
+        checkout left them out: :meth:`XetRepo.checkout_without_pointers`): each is created,
+        nothing is looked at first; one found there after all is checked for the user's
+        changes and replaced as usual. A file that cannot be written then stays missing.
         """
         if self.worktree is None:
             raise GitError("a bare repository has no work tree to check out into")
         todo = [f for f in files if not f.materialized]
         # a run killed between writing a file and recording its stat leaves git thinking it
         # modified (the index still has the pointer's size): let git check those again
-        self._refresh(self._stat_dirty([f.path for f in files if f.materialized]))
+        if not absent:
+            self._refresh(self._stat_dirty([f.path for f in files if f.materialized]))
         if not todo:
             return 0
         head = self._head()  # the remotes holding HEAD are asked first
@@ -163,11 +171,12 @@ class Materializer:
         tmp_dir = self._worktree_tmp_dir()
         modes, failed = self._named_by_index(todo)
         wt = WorkTree(self.worktree)
-        with WorkTree(self.worktree) as seen:  # a file the user changed: never written over
-            for f in todo:
-                if f.path in modes and has_own_changes(seen, f.path, f.pointer):
-                    del modes[f.path]
-                    failed.append((f.path, LocalChangesError(f.path)))
+        if not absent:
+            with WorkTree(self.worktree) as seen:  # a file the user changed: never written over
+                for f in todo:
+                    if f.path in modes and has_own_changes(seen, f.path, f.pointer):
+                        del modes[f.path]
+                        failed.append((f.path, LocalChangesError(f.path)))
         # A writer checks ``stopping`` and counts itself in ``putting`` under ``gate``
         # before it puts its file in place (renames it), and records it in ``done`` under
         # ``gate`` after; an interrupt sets ``stopping`` and waits for ``putting`` to drain:
@@ -181,11 +190,23 @@ class Materializer:
         putting = 0
 
         def write_one(f: PointerFile) -> tuple[str, os.stat_result]:
-            nonlocal putting
             mode = file_mode(modes[f.path])
+            if absent:
+                try:
+                    return put(f, wt.create(f.path, mode=mode))
+                except FileExistsError:  # something is there after all: as for any checkout
+                    if has_own_changes(wt, f.path, f.pointer):
+                        raise LocalChangesError(f.path) from None
+            return put(f, wt.replace(f.path, mode=mode, tmp_dir=tmp_dir, keep_mode=True))
+
+        def put(
+            f: PointerFile,
+            writing: contextlib.AbstractContextManager[tuple[BinaryIO, list[os.stat_result]]],
+        ) -> tuple[str, os.stat_result]:
+            nonlocal putting
             counted = False
             try:
-                with wt.replace(f.path, mode=mode, tmp_dir=tmp_dir, keep_mode=True) as (out, st):
+                with writing as (out, st):
                     self.content.write(
                         f.pointer,
                         cast(BinaryIO, _Counting(out, advance)),

@@ -260,15 +260,39 @@ class XetRepo:
 
     # ---- checkout ------------------------------------------------------------------------
 
+    def checkout_without_pointers(self) -> list[PointerFile]:
+        """For a work tree with nothing checked out yet, whose index git has just read from
+        the commit (a clone made with ``--no-checkout``, then ``git read-tree HEAD``): git
+        writes every entry that is not a pointer file (plain files, symlinks,
+        ``.gitattributes``...), and the pointer files are returned, not written. Their
+        content is then created in place (:meth:`materialize` with ``absent``): git never
+        writes their pointer text first, only to have it replaced; those that cannot be
+        written get it after all (:meth:`checkout_pointer_text`)."""
+        files = pointer_files(self.cwd, None, None)  # from the index; the work tree is empty
+        for f in files:
+            self.content.names.setdefault(f.pointer.xet_hash, f.path)
+        left_out = {f.path for f in files}
+        process.checkout_index(
+            self.cwd, [p for p in process.index_paths(self.cwd) if p not in left_out]
+        )
+        return files
+
+    def checkout_pointer_text(self, paths: Sequence[str]) -> None:
+        """git writes the pointer text of the pointer files ``paths`` (as its index names
+        them) into the work tree, over whatever is there."""
+        process.checkout_index(self.cwd, paths)
+
     def materialize(
         self,
         files: Sequence[PointerFile],
         remote: str | None = None,
         progress: Progress | None = None,
         workers: int | None = None,
+        *,
+        absent: bool = False,
     ) -> int:
         """Replace pointer text in the work tree by content (:meth:`Materializer.materialize`)."""
-        return self.materializer.materialize(files, remote, progress, workers)
+        return self.materializer.materialize(files, remote, progress, workers, absent=absent)
 
     def dematerialize(self, files: Sequence[PointerFile]) -> int:
         """Put pointer text back in the work tree (:meth:`Materializer.dematerialize`)."""

@@ -316,6 +316,27 @@ class LocalCAS:
         info = self.file_info(file_hash)
         return info is not None and all(self.has_xorb(t.xorb_hash) for t in info.terms)
 
+    def lacking_data(self, file_hashes: Iterable[bytes]) -> list[bytes]:
+        """Those of ``file_hashes`` (each once) that :meth:`has_file_data` says no for, with
+        their reconstructions read in batches (:meth:`describe`) and each xorb looked for
+        once (a clone of 20,000 small files names a few dozen xorbs)."""
+        hashes = list(dict.fromkeys(file_hashes))
+        self.describe(hashes)
+        here: dict[bytes, bool] = {}
+
+        def has(x: bytes) -> bool:
+            found = here.get(x)
+            if found is None:
+                found = here[x] = self.has_xorb(x)
+            return found
+
+        lacking = []
+        for h in hashes:
+            info = self.file_info(h)
+            if info is None or not all(has(t.xorb_hash) for t in info.terms):
+                lacking.append(h)
+        return lacking
+
     def quarantined(self, xorb_hash: bytes) -> str | None:
         """Where :meth:`quarantine` set this xorb aside, when it did (and it is not back)."""
         kept = os.path.join(self.root, "damaged", to_hex(xorb_hash))

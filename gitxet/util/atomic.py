@@ -9,6 +9,7 @@ be rebuilt pass ``durable=False``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import os
@@ -23,6 +24,7 @@ __all__ = [
     "STALE_TEMP_SECONDS",
     "TEMP_PREFIX",
     "atomic_create",
+    "atomic_creator_at",
     "atomic_write",
     "atomic_writer",
     "atomic_writer_at",
@@ -129,13 +131,15 @@ def atomic_writer_at(
     mode: int = 0o644,
     durable: bool = True,
     tmp_dir: StrPath | None = None,
+    exclusive: bool = False,
 ) -> Iterator[BinaryIO]:
     """:func:`atomic_writer` for the entry ``name`` of the open directory ``dir_fd``.
 
     Nothing is resolved by path in that directory, so a symlink there (or swapped in
     meanwhile) is never followed: the temp file is created with ``O_EXCL | O_NOFOLLOW``
     (in ``tmp_dir`` when given, same filesystem) and renamed over ``name``, which replaces
-    a symlink rather than writing through it. Raises ``OSError``; callers translate it.
+    a symlink rather than writing through it. With ``exclusive`` it is linked instead, and
+    ``FileExistsError`` says ``name`` exists. Raises ``OSError``; callers translate it.
     """
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"not a directory entry name: {name!r}")
@@ -160,7 +164,10 @@ def atomic_writer_at(
                 if durable:
                     os.fsync(f.fileno())
                 big = not durable and os.fstat(f.fileno()).st_size >= EXCHANGE_MIN_BYTES
-            if not (big and _exchange(src_fd, tmp, dir_fd, name)):
+            if exclusive:
+                os.link(tmp, name, src_dir_fd=src_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+                os.unlink(tmp, dir_fd=src_fd)
+            elif not (big and _exchange(src_fd, tmp, dir_fd, name)):
                 os.replace(tmp, name, src_dir_fd=src_fd, dst_dir_fd=dir_fd)
             if durable:
                 with contextlib.suppress(OSError):
@@ -172,6 +179,57 @@ def atomic_writer_at(
     finally:
         if src_fd != dir_fd:
             os.close(src_fd)
+
+
+@contextlib.contextmanager
+def atomic_creator_at(
+    dir_fd: int, name: str, *, mode: int = 0o644
+) -> Iterator[tuple[BinaryIO, list[os.stat_result]]]:
+    """Yield ``(file, out)``: what is written becomes the new entry ``name`` of the open
+    directory ``dir_fd`` once complete (not durable; ``out`` then holds its stat).
+
+    The data goes into an unnamed file in that directory (``O_TMPFILE``) that is linked in
+    at the end, so no name ever holds part of it, a killed writer leaves nothing behind,
+    and nothing is renamed (a rename over a file, or across directories, serializes
+    writers on the filesystem's locks). Where ``O_TMPFILE`` is unavailable, a named temp
+    file beside ``name`` is linked instead. Raises ``FileExistsError`` (nothing written
+    there) when ``name`` exists by then, else ``OSError``; callers translate it.
+    """
+    if not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"not a directory entry name: {name!r}")
+    out: list[os.stat_result] = []
+    fd = _open_unnamed(dir_fd, mode)
+    if fd is not None:
+        with os.fdopen(fd, "wb") as f:
+            yield f, out
+            f.flush()
+            os.fchmod(fd, mode)
+            # linkat(AT_SYMLINK_FOLLOW) of the descriptor's /proc name: no privilege needed
+            os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
+            out.append(os.fstat(fd))
+        return
+    with atomic_writer_at(dir_fd, name, mode=mode, durable=False, exclusive=True) as f:
+        yield f, out
+    out.append(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
+
+
+def _open_unnamed(dir_fd: int, mode: int) -> int | None:
+    """An unnamed file in ``dir_fd`` (``O_TMPFILE``), or None where that cannot be had
+    (another system, a filesystem without it, no ``/proc`` to link it through)."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if not flag or not _proc_fds():
+        return None
+    try:
+        return os.open(".", flag | os.O_WRONLY | os.O_CLOEXEC, mode & 0o777, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
+            return None
+        raise
+
+
+@functools.cache
+def _proc_fds() -> bool:
+    return os.path.isdir(f"/proc/{os.getpid()}/fd")
 
 
 #: A non-durable file at least this big takes the old file's place by exchange, not rename

@@ -344,6 +344,9 @@ def test_corrupt_remote_xorb_names_file_and_xorb(tmp_path: Path) -> None:
     assert r.returncode != 0
     assert "x.bin" in r.stderr and xorb.name in r.stderr
     assert "Traceback" not in r.stderr
+    # the file the clone could not write holds its pointer text (git wrote it after all)
+    pointer = git("cat-file", "-p", "HEAD:x.bin", cwd=work).encode()
+    assert (tmp_path / "c" / "x.bin").read_bytes() == pointer
 
 
 def test_clone_writes_files_git_then_sees_unchanged(tmp_path: Path) -> None:

@@ -142,6 +142,24 @@ def test_store_order_and_read_ahead(setup: tuple[Materializer, Path, list[Pointe
     assert ahead is not None
 
 
+def ctrl_c_while_writing(real_write: Callable[..., None], victim: Pointer) -> Callable[..., None]:
+    """``Content.write`` that writes ``victim``'s first bytes, sends the process SIGINT (as
+    Ctrl-C: to its main thread) and would go on for a minute; other files as usual."""
+
+    def write(ptr: Pointer, out: BinaryIO, *args: object, **kw: object) -> None:
+        if ptr != victim:
+            real_write(ptr, out, *args, **kw)
+            return
+        out.write(b"the first bytes")
+        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            out.write(b"more")
+            time.sleep(0.001)
+
+    return write
+
+
 def test_an_interrupted_materialize_keeps_what_it_wrote_and_stops_the_rest(
     setup: tuple[Materializer, Path, list[Pointer]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,19 +168,7 @@ def test_an_interrupted_materialize_keeps_what_it_wrote_and_stops_the_rest(
     entry is restated, so git sees big.bin unchanged and small.bin still a pointer."""
     m, repo, (big, small) = setup
     real_write = m.content.write
-
-    def write(ptr: Pointer, out: BinaryIO, *args: object, **kw: object) -> None:
-        if ptr != small:
-            real_write(ptr, out, *args, **kw)  # type: ignore[arg-type]
-            return
-        out.write(b"the first bytes")
-        os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: to the process (its main thread)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # a writer that would go on for a minute
-            out.write(b"more")
-            time.sleep(0.001)
-
-    monkeypatch.setattr(m.content, "write", write)
+    monkeypatch.setattr(m.content, "write", ctrl_c_while_writing(real_write, small))
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
     try:
@@ -217,3 +223,38 @@ def test_ctrl_c_while_a_finished_file_is_collected_still_restats_it(
     for f in files(repo):
         path = repo / f.path
         assert f.materialized or path.read_bytes() == f.pointer.encode(), f.path
+
+
+def test_a_clone_creates_absent_files_and_an_interrupt_leaves_none_half_written(
+    setup: tuple[Materializer, Path, list[Pointer]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``absent``: the work tree holds none of the files (a clone whose checkout left them
+    out). Each is created whole in place; Ctrl-C while small.bin is written leaves no
+    small.bin at all (never a partial file), and big.bin restated. A file that is there
+    after all is checked like any other: the user's own content is kept, by name."""
+    m, repo, (_, small) = setup
+    listed = files(repo)
+    for f in listed:
+        (repo / f.path).unlink()
+    real_write = m.content.write
+    monkeypatch.setattr(m.content, "write", ctrl_c_while_writing(real_write, small))
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            m.materialize(listed, workers=1, absent=True)  # big.bin first (store order)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert (repo / "d" / "big.bin").read_bytes() == BIG
+    assert not (repo / "small.bin").exists()
+    not_racy(repo)
+    assert process.stat_changed(repo) == {"small.bin"}  # missing; big.bin restated
+    assert {f.path: f.materialized for f in files(repo)} == {"d/big.bin": True, "small.bin": False}
+    monkeypatch.setattr(m.content, "write", real_write)
+    assert m.materialize(files(repo), absent=True) == 1  # what `git xet checkout` does
+    assert (repo / "small.bin").read_bytes() == SMALL
+    assert os.stat(repo / "small.bin").st_mode & 0o777 == 0o755  # git's mode for it
+    (repo / "small.bin").write_bytes(b"the user's own")
+    with pytest.raises(MaterializeError) as err:
+        m.materialize([PointerFile("small.bin", small, None)], absent=True)
+    assert "small.bin" in str(err.value) and "own" in str(err.value).lower()
+    assert (repo / "small.bin").read_bytes() == b"the user's own"

@@ -194,3 +194,35 @@ def test_a_killed_writers_temp_file_is_swept_at_once_a_live_ones_never(tmp_path:
             p.wait(10)
             if p.stdout:
                 p.stdout.close()
+
+
+@pytest.mark.parametrize("unnamed", [True, False])
+def test_a_created_file_appears_whole_or_not_at_all_and_replaces_nothing(
+    tmp_path: Path, unnamed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``atomic_creator_at``: no name holds the file while it is written (an unnamed
+    ``O_TMPFILE`` file, or the fallback's named temp file), a failed write leaves nothing,
+    and an existing name is never replaced (``FileExistsError``)."""
+    if not unnamed:
+        monkeypatch.setattr(atomic, "_open_unnamed", lambda dir_fd, mode: None)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with atomic.atomic_creator_at(fd, "f", mode=0o755) as (f, out):
+            f.write(b"data")
+            assert not (tmp_path / "f").exists()
+            assert len(os.listdir(tmp_path)) == (0 if unnamed else 1)
+        assert (tmp_path / "f").read_bytes() == b"data" and os.listdir(tmp_path) == ["f"]
+        assert out[0].st_ino == (tmp_path / "f").stat().st_ino and out[0].st_size == 4
+        assert (tmp_path / "f").stat().st_mode & 0o777 == 0o755
+        with pytest.raises(RuntimeError), atomic.atomic_creator_at(fd, "g") as (f, _):
+            f.write(b"half")
+            raise RuntimeError("killed midway")
+        assert os.listdir(tmp_path) == ["f"]
+        (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+        for name in ("f", "link"):
+            with pytest.raises(FileExistsError), atomic.atomic_creator_at(fd, name) as (f, _):
+                f.write(b"new")
+        assert (tmp_path / "f").read_bytes() == b"data" and not (tmp_path / "elsewhere").exists()
+        assert sorted(os.listdir(tmp_path)) == ["f", "link"]
+    finally:
+        os.close(fd)
