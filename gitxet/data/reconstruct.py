@@ -238,7 +238,12 @@ class FileReader:
         *,
         cache: ChunkCache | None = None,
         verify: bool = True,
+        opening: tuple[int, int] | None = None,
     ) -> None:
+        """``opening``: the read (offset, size) the reader is made for. From a
+        :class:`FetchSource`, when it starts a sequential read (offset 0), its bytes and the
+        window after them are fetched while the terms are checked: verified chunk by chunk
+        into the source's cache, and served only once the whole file checks out."""
         self.source = source
         self.file_hash = file_hash_
         self.cache = cache if cache is not None else ChunkCache(16 << 20)
@@ -267,7 +272,24 @@ class FileReader:
                 self._fetch.initial_window, self._fetch.max_window, self.size
             )
         if verify and info is not None:
+            if opening is not None and opening[0] == 0 and self._spans:
+                self._prefetch_opening(opening[1])
             self._verify_structure(info)
+
+    def _prefetch_opening(self, size: int) -> None:
+        """Start fetching what a sequential read of ``size`` bytes from offset 0 reads and
+        reads ahead (the window :class:`ReadPattern` gives it), within the first term's xorb:
+        its layout is asked for here, the others' all together by the check that follows."""
+        p = self._pattern
+        if p is None:
+            return
+        first = min(self.size, size)
+        end = min(self.size, first + min(p.maximum, max(p.initial, 2 * first)))
+        x0 = self._spans[0].term.xorb_hash
+        k = 0
+        while k + 1 < len(self._spans) and self._spans[k + 1].term.xorb_hash == x0:
+            k += 1
+        self._prefetch(0, min(end, self._starts[k] + self._spans[k].term.unpacked_bytes))
 
     def _verify_structure(self, info: FileInfo) -> None:
         """Check the terms against xorb layouts and the file hash, before reading data."""

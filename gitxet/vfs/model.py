@@ -1029,7 +1029,7 @@ class CommitFS:
             self._busy_at = time.monotonic()  # a reader of files: statfs waits
             self._describe_around(node)
         try:
-            reader = self._reader(pointer)
+            reader = self._reader(pointer, (offset, size))
             if reader.size != pointer.size:
                 detail = f"reconstructs to {reader.size} bytes, the pointer says {pointer.size}"
                 raise IntegrityError("file", pointer.xet_hash, detail)
@@ -1097,13 +1097,13 @@ class CommitFS:
         except Exception as exc:  # a server that is down: each read reports it
             log.debug("%s: describing its files failed: %s", here.shown, exc)
 
-    def _reader(self, pointer: Pointer) -> FileReader:
+    def _reader(self, pointer: Pointer, opening: tuple[int, int] | None = None) -> FileReader:
         key = pointer.xet_hash
         reader = self._readers.get(key)
         if reader is None:
             reader = self._flights.run(
                 ("reader", key),
-                lambda: FileReader(self._source, from_hex(key), cache=self._cache),
+                lambda: FileReader(self._source, from_hex(key), cache=self._cache, opening=opening),
             )
             self._readers.put(key, reader)
         return reader

@@ -365,10 +365,11 @@ def test_a_chunk_corrupted_on_the_server_fails_its_file_only(tmp_path: Path) -> 
         cache.close()
 
 
-def test_a_file_over_several_xorbs_asks_for_their_layouts_together(tmp_path: Path) -> None:
-    """Opening a file spanning four xorbs asks for the four layouts at once, not one after
-    the other (each location request here waits until all four are in flight)."""
-    rng = random.Random(11)
+@contextlib.contextmanager
+def _four_xorb_file(root: Path, seed: int) -> Iterator[tuple[CASClient, bytes, list[bytes]]]:
+    """A server of its own at ``root`` holding one file over four one-chunk xorbs: a client
+    with write access, the file hash, the four parts (one per xorb, in order)."""
+    rng = random.Random(seed)
     parts = [rng.randbytes(3_000 + i) for i in range(4)]
     xorbs = [serialize_xorb([part]) for part in parts]
     fh = file_hash([(x.chunk_hashes[0], len(part)) for x, part in zip(xorbs, parts, strict=True)])
@@ -377,16 +378,23 @@ def test_a_file_over_several_xorbs_asks_for_their_layouts_together(tmp_path: Pat
     shard = upload_shard_for(
         [info], [XorbInfo.from_chunks(x.hash, x.chunk_hashes, x.chunk_sizes) for x in xorbs]
     )
-    write, _ = TokenStore(str(tmp_path / "srv")).create("write")
+    write, _ = TokenStore(str(root)).create("write")
     with (
-        BackgroundServer(ServerConfig(root=str(tmp_path / "srv"), port=0)) as srv,
+        BackgroundServer(ServerConfig(root=str(root), port=0)) as srv,
         CASClient(srv.url, write) as client,
     ):
         for x in xorbs:
             client.upload_xorb(x.hash, x.body)
         client.upload_shard(shard)
+        yield client, fh, parts
+
+
+def test_a_file_over_several_xorbs_asks_for_their_layouts_together(tmp_path: Path) -> None:
+    """Opening a file spanning four xorbs asks for the four layouts at once, not one after
+    the other (each location request here waits until all four are in flight)."""
+    with _four_xorb_file(tmp_path / "srv", 11) as (client, fh, parts):
         cache, src = _source(client, tmp_path)
-        together = threading.Barrier(len(xorbs), timeout=120)
+        together = threading.Barrier(len(parts), timeout=120)
         get_location = client.xorb_location
 
         def location(xh: bytes) -> XorbLocation:
@@ -397,5 +405,48 @@ def test_a_file_over_several_xorbs_asks_for_their_layouts_together(tmp_path: Pat
         out = io.BytesIO()
         FileReader(src, fh).copy_to(out)
         assert out.getvalue() == b"".join(parts)
+        src.close()
+        cache.close()
+
+
+def test_a_sequential_first_read_fetches_while_the_other_layouts_are_asked(
+    tmp_path: Path,
+) -> None:
+    """A reader made for a read at offset 0 starts fetching the first xorb's data before
+    the other xorbs' layouts are answered (each location of those waits until a data fetch
+    started); a reader made for a read elsewhere fetches nothing before its layouts and
+    file hash are checked."""
+    with _four_xorb_file(tmp_path / "srv", 12) as (client, fh, parts):
+        first_xorb = serialize_xorb([parts[0]]).hash
+        get_location, fetch = client.xorb_location, client.fetch_xorb_range
+        fetching = threading.Event()
+        waited: list[bool] = []
+
+        def location(xh: bytes) -> XorbLocation:
+            if xh != first_xorb:
+                waited.append(fetching.wait(timeout=60))  # False: asked before any fetch
+            return get_location(xh)
+
+        def fetch_range(*a: Any, **kw: Any) -> Any:
+            fetching.set()
+            return fetch(*a, **kw)
+
+        client.xorb_location = location  # type: ignore[method-assign]
+        client.fetch_xorb_range = fetch_range  # type: ignore[method-assign]
+        cache, src = _source(client, tmp_path / "a")
+        reader = FileReader(src, fh, opening=(0, 1 << 20))
+        assert waited and all(waited)
+        assert reader.read(0, 1 << 20) == b"".join(parts)
+        src.close()
+        cache.close()
+
+        # a first read elsewhere: nothing fetched while the reader is made
+        fetching.clear()
+        waited.clear()
+        client.xorb_location = get_location  # type: ignore[method-assign]
+        cache, src = _source(client, tmp_path / "b")
+        reader = FileReader(src, fh, opening=(100, 10))
+        assert not fetching.is_set()
+        assert reader.read(100, 10) == b"".join(parts)[100:110] and fetching.is_set()
         src.close()
         cache.close()
