@@ -80,11 +80,13 @@ def docker_plugin_cmd(
 
     mounter = SubprocessMounter(os.path.join(state, "mounter"), env=env)
     # the resolver mirrors git metadata into the cache the daemons use (the node cache)
-    mounter.set_resolver(plugin_resolver(mounter.cache_dir))
+    resolve = plugin_resolver(mounter.cache_dir)
+    mounter.set_resolver(resolve)
     driver = VolumeDriver(
         mounter,
         state,
         mount_root or os.path.join(state, "volumes"),
+        resolve=resolve,  # Create pins http(s) volumes too, each with its own token
         mount_timeout=mount_timeout,
         token_dir=token_dir,
     )
