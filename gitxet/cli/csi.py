@@ -12,6 +12,7 @@ import typer
 
 DEFAULT_ENDPOINT = "unix:///csi/csi.sock"
 DEFAULT_STATE_DIR = "/var/lib/gitxet-csi"
+DEFAULT_TARGET_ROOT = "/var/lib/kubelet"
 
 
 def register(app: typer.Typer) -> None:
@@ -45,6 +46,14 @@ def csi_cmd(
         float, typer.Option(min=1.0, help="Seconds a mount may take to become ready.")
     ] = 60.0,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    target_root: Annotated[
+        str,
+        typer.Option(
+            "--target-root",
+            help="Publish only to target paths below this directory (kubelet's root "
+            "directory; '/': anywhere).",
+        ),
+    ] = DEFAULT_TARGET_ROOT,
 ) -> None:
     """Serve the CSI Identity and Node services: pods mount dataset commits read-only.
 
@@ -91,6 +100,9 @@ def csi_cmd(
             node_id=node_id,
             max_volumes_per_node=max_volumes_per_node,
             mount_timeout=mount_timeout,
+            target_root=None
+            if os.path.abspath(target_root) == "/"
+            else os.path.abspath(target_root),
         ),
     )
     identity = IdentityServicer(gitxet.__version__, lambda: node.ready)

@@ -104,6 +104,7 @@ class Plugin:
                     "--node-id=node-1",
                     f"--endpoint={self.endpoint}",
                     f"--state-dir={self.state}",
+                    f"--target-root={self.root}",  # kubelet's root dir: pods/ is in it
                     "--log-level=debug",
                 ],
                 env=_env(),

@@ -495,3 +495,46 @@ def test_a_torn_record_does_not_wedge_the_target(plugin: Plugin) -> None:
     plugin.stub.NodeUnpublishVolume(unpublish_request(target))
     assert not plugin.mounter.is_mounted(target)
     assert not list((plugin.state / "volumes").iterdir())
+
+
+def test_targets_outside_the_target_root_are_refused(tmp_path: Path) -> None:
+    # kubelet asks for targets below its root directory only; the plugin (root, able to
+    # mount anywhere) took any absolute path: '/x/../../etc/y' or a symlink out of the root
+    # made a directory and a mount there.
+    from gitxet.plugins.csi.volumes import CsiRequestError, parse_publish
+
+    root, outside = tmp_path / "kubelet", tmp_path / "outside"
+    (root / "pods" / "p1").mkdir(parents=True)
+    outside.mkdir()
+    (root / "pods" / "evil").symlink_to(outside)
+    mounter = FakeMounter({"/data/ds.git": {"main": SHA1}})
+    node = NodeService(mounter, str(tmp_path / "state"), NodeConfig("n", target_root=str(root)))
+
+    def publish(target: str) -> None:
+        node.publish(
+            parse_publish(
+                volume_id="v",
+                target_path=target,
+                readonly=True,
+                volume_context={"repo": "/data/ds.git", "commit": "main"},
+                secrets={},
+                access_mode=MODE.MULTI_NODE_READER_ONLY,
+                mount_flags=[],
+            )
+        )
+
+    for target in (
+        str(outside / "mount"),
+        str(root / "pods" / ".." / ".." / "outside" / "mount"),
+        str(root / "pods" / "evil" / "mount"),
+        str(root),
+    ):
+        with pytest.raises(CsiRequestError, match="outside the plugin's target root") as ei:
+            publish(target)
+        assert ei.value.code == "INVALID_ARGUMENT"
+        with pytest.raises(CsiRequestError, match="outside the plugin's target root"):
+            node.unpublish("v", target)
+    assert not (outside / "mount").exists() and mounter.mounts == {}
+    ok = str(root / "pods" / "p1" / "mount")
+    publish(ok)
+    assert ok in mounter.mounts

@@ -55,6 +55,8 @@ class NodeConfig:
     node_id: str
     max_volumes_per_node: int = 0  # 0: no limit announced
     mount_timeout: float = 60.0
+    # publish only below this directory (kubelet's root dir); None: anywhere
+    target_root: str | None = None
 
 
 class NodeService:
@@ -132,9 +134,30 @@ class NodeService:
 
     # -- publish
 
+    def _check_root(self, target: str) -> None:
+        """INVALID_ARGUMENT unless ``target`` is below the configured target root, also
+        once symlinks on its way are followed (kubelet only ever asks for paths there)."""
+        root = self.config.target_root
+        if root is None:
+            return
+        root = os.path.realpath(root)
+        # the deepest part of the path that exists, with symlinks followed, plus the rest
+        head, tail = target, ""
+        while not os.path.lexists(head) and head != os.path.dirname(head):
+            head, name = os.path.split(head)
+            tail = os.path.join(name, tail) if tail else name
+        real = os.path.join(os.path.realpath(head), tail) if tail else os.path.realpath(head)
+        for path in (target, real):
+            if os.path.commonpath([root, path]) != root or path == root:
+                raise invalid(
+                    f"target_path {target!r} is outside the plugin's target root {root} "
+                    "(git xet csi --target-root)"
+                )
+
     def publish(self, req: PublishRequest) -> None:
         """Make ``req``'s volume readable at its target path (idempotent)."""
         target = req.target_path
+        self._check_root(target)
         with self._exclusive(target):
             rec = self._record(target)
             if rec is not None:
@@ -249,6 +272,7 @@ class NodeService:
         """Unmount ``volume_id`` from ``target_path`` and remove the directory (idempotent)."""
         check_volume_id(volume_id)
         target = check_target_path(target_path)
+        self._check_root(target)
         with self._exclusive(target):
             rec = self._record(target)
             if rec is not None and rec.volume_id != volume_id:
