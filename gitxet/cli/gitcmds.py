@@ -515,6 +515,9 @@ def checkout_cmd(
     its data) is never written over: it is named, and kept. In a plain 'git clone' made
     without 'git xet install', it also
     configures git's xet filter in the repository (else git would call the files modified).
+    After a killed clone or checkout, run it again: it writes the files still pointers and
+    tells git's index about those already written (until then 'git status' lists them as
+    modified, with no diff).
     """
     repo = _open_repo()
     files = _select(repo, paths)  # materialize() skips (and settles) the materialized ones

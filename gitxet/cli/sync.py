@@ -168,8 +168,9 @@ def pull_cmd(
 ) -> None:
     """git pull, with the data of the new commits fetched in parallel first.
 
-    With -I/-X only the matching files are fetched and written; the others are left as
-    pointers ('git xet checkout PATH' writes them later), as git lfs pull does.
+    With -I/-X only the matching files are fetched and written (in a lazy clone too); the
+    others are left as pointers ('git xet checkout PATH' writes them later), as git lfs
+    pull does.
     """
     from gitxet.errors import GitError
     from gitxet.git import process
@@ -186,14 +187,14 @@ def pull_cmd(
         rev = process.rev_parse(repo.cwd, upstream)
         found = [(f.path, f.pointer) for f in repo.pointer_files(rev)]
         ptrs = [ptr for _, ptr in _matching(found, include, exclude)]
-        if not repo.lazy:
+        if filtered or not repo.lazy:  # -I/-X name files to write, in a lazy clone too
             with byte_progress("fetching", sum(p.size for p in ptrs) or None) as bar:
                 repo.ensure_local(ptrs, name, commit=rev, progress=bar)
     except GitError:
         pass  # no upstream: git pull says so
     lazy = ["-c", "xet.lazy=true"] if filtered else []
     _git([*lazy, "pull", *flags, name] + ([branch] if branch else []), repo.cwd)
-    if filtered and not repo.lazy:
+    if filtered:
         from gitxet.cli.gitcmds import _select
 
         files = _select(repo, None, include, exclude)

@@ -115,3 +115,27 @@ def test_add_with_an_index_lock_left_behind_says_what_to_do(work: Path) -> None:
     run("git-xet", "add", "data/b.bin", cwd=work)
     git("commit", "-q", "-m", "two", cwd=work)
     assert_clean(work)
+
+
+def test_pull_with_include_writes_the_matching_files_of_a_lazy_clone(
+    work: Path, tmp_path: Path
+) -> None:
+    """'git xet pull -I' in a lazy clone (xet.lazy) wrote nothing: the files it names are
+    written, the others stay pointers, as 'git lfs pull -I' does with skip-smudge."""
+    remote = tmp_path / "remote.git"
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    git("remote", "add", "origin", str(remote), cwd=work)
+    git("push", "-q", "-u", "origin", "main", cwd=work)
+    lazy = tmp_path / "lazy"
+    run("git-xet", "clone", "--lazy", str(remote), str(lazy), cwd=tmp_path)
+    (work / "e").mkdir()
+    (work / "e" / "wanted.bin").write_bytes(data(5))
+    (work / "data" / "a.bin").write_bytes(data(6))
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", "two", cwd=work)
+    git("push", "-q", cwd=work)
+
+    run("git-xet", "pull", "-I", "e/*", cwd=lazy)
+    assert (lazy / "e" / "wanted.bin").read_bytes() == data(5)
+    assert (lazy / "data" / "a.bin").read_bytes().startswith(b"version https://gitxet.dev/")
+    assert_clean(lazy)
