@@ -688,3 +688,50 @@ class _Sha256PositionalOut(_Sha256Out):
             if self._early:  # pragma: no cover - a copy writes every range once, in full
                 raise IntegrityError("file", "", "ranges were written with a gap")
             return self._sha.hexdigest()
+
+
+#: most chunks one :func:`read_whole_files` read spans (a run of adjacent files' chunks)
+WHOLE_RUN_CHUNKS = 128
+
+
+def read_whole_files(readers: Sequence[FileReader]) -> list[bytes | None]:
+    """The whole bytes of many files (small ones, read together), one per reader.
+
+    Files stored as one term each whose chunks sit next to each other in a xorb (files
+    added together) are read with one ``read_chunks`` per run of at most
+    :data:`WHOLE_RUN_CHUNKS` chunks: one read, one decode, one hash per chunk, instead of
+    a read per file. The bytes are as verified as :meth:`FileReader.read`'s (each reader
+    checked its structure, the source checks every chunk against its hash). ``None`` for
+    a file not read this way (several terms, or a run that failed): its own read tells why.
+    """
+    out: list[bytes | None] = [None] * len(readers)
+    one_term = [
+        (r.info.terms[0], i)
+        for i, r in enumerate(readers)
+        if r.info is not None and len(r.info.terms) == 1
+    ]
+    one_term.sort(key=lambda ti: (ti[0].xorb_hash, ti[0].chunk_start))
+    k = 0
+    while k < len(one_term):
+        first, _ = one_term[k]
+        xorb, c0, c1 = first.xorb_hash, first.chunk_start, first.chunk_end
+        j = k + 1
+        while j < len(one_term):
+            t = one_term[j][0]
+            if t.xorb_hash != xorb or t.chunk_start > c1 or t.chunk_end - c0 > WHOLE_RUN_CHUNKS:
+                break
+            c1 = max(c1, t.chunk_end)
+            j += 1
+        source = readers[one_term[k][1]].source
+        try:
+            chunks = source.read_chunks(xorb, c0, c1)
+        except GitxetError:
+            chunks = []
+        if len(chunks) == c1 - c0:
+            for t, i in one_term[k:j]:
+                got = chunks[t.chunk_start - c0 : t.chunk_end - c0]
+                data = got[0] if len(got) == 1 else b"".join(got)
+                if len(data) == readers[i].size:
+                    out[i] = data
+        k = j
+    return out

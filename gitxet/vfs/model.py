@@ -31,10 +31,10 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, NamedTuple, TypeVar
 
-from gitxet.data.reconstruct import ChunkCache, ChunkSource, FileReader
+from gitxet.data.reconstruct import ChunkCache, ChunkSource, FileReader, read_whole_files
 from gitxet.errors import (
     FormatError,
     GitError,
@@ -87,6 +87,13 @@ _MAX_INFOS = 1 << 16  # blob sizes/pointers remembered (a node keeps its own att
 DESCRIBE_WINDOW = 1000
 #: most directories listed for one such batch (small directories after the one read)
 DESCRIBE_DIRS = 64
+
+#: a small file's first read from a local store reads the next files after it with it (their
+#: chunks sit next to each other when they were added together): files of at most this
+#: many bytes, this many in one batch, kept ready (until read once) up to this many bytes
+AHEAD_FILE_MAX = 1 << 20
+AHEAD_BATCH = 16
+AHEAD_BYTES = 16 << 20
 
 #: What a symlink whose target no system accepts (empty, or ``PATH_MAX`` bytes or more)
 #: points to instead: a path through ``/dev/null``, which never resolves.
@@ -410,6 +417,8 @@ class CommitFS:
         self._busy_at = 0.0  # when a listing or a file's first read last ran (statfs waits)
         self._git = GitObjects(repo_path)
         self._prefetcher = _Prefetcher(self._prefetch_one)
+        #: whole small files read with an earlier one's batch, until their first read
+        self._ready: LRUCache[int, bytes] = LRUCache(AHEAD_BYTES, weigher=len)
         try:
             tree, seconds = self._git.commit(text.encode("ascii"))
             self.mtime_ns = seconds * 1_000_000_000
@@ -685,6 +694,10 @@ class CommitFS:
         node = self._nodes.get(ino)
         if node is None or node.kind is not NodeKind.FILE or offset < 0 or size <= 0:
             return None
+        if offset == 0 and self._ready:
+            ready = self._ready.pop(ino)
+            if ready is not None:  # read and verified with an earlier file's batch
+                return ready if size >= len(ready) else ready[:size]
         with self._lock:
             info = self._infos.get(node.sha)
         if info is not None and info.pointer is None:  # a plain blob: if it is in memory
@@ -710,6 +723,10 @@ class CommitFS:
                 if reader is None:
                     self._busy_at = time.monotonic()  # a reader of files: statfs waits
                     self._describe_around(node)  # its neighbours' descriptions, in one batch
+                    if offset == 0 and size >= info.size and info.size <= AHEAD_FILE_MAX:
+                        whole = self._read_batch(node)
+                        if whole is not None:
+                            return whole
                     reader = FileReader(
                         self._source, from_hex(info.pointer.xet_hash), cache=self._cache
                     )
@@ -799,6 +816,7 @@ class CommitFS:
     def close(self) -> None:
         """Release the repository's files and the temporary files of big plain blobs."""
         self._prefetcher.close()
+        self._ready.clear()
         self._git.close()
         self._blobs.close()
         self._readers.clear()
@@ -1036,6 +1054,76 @@ class CommitFS:
             return reader.read(offset, size)
         except Exception as exc:  # any failure of the source: never half-served data
             raise self._eio(node.shown, "cannot read data", exc) from exc
+
+    def _read_batch(self, node: _Node) -> bytes | None:
+        """A small pointer file's whole bytes, read with the files after it in its listed
+        directories (:meth:`_files_after`; a reader of one image reads the next ones next):
+        one read, decode and hash per run of adjacent chunks instead of one per file
+        (``read_whole_files``). The others are kept ready for their first read (bounded,
+        each handed out once). None when the file could not be read this way."""
+        batch = [node]
+        for n in self._files_after(node):
+            if len(batch) >= AHEAD_BATCH:
+                break
+            if 0 < n.size <= AHEAD_FILE_MAX and n.ino not in self._ready:
+                batch.append(n)
+        got = self._read_ahead(batch)
+        for n, data in zip(batch[1:], got[1:], strict=True):
+            if data is not None:
+                self._ready.put(n.ino, data)
+        return got[0]
+
+    def _files_after(self, node: _Node) -> Iterator[_Node]:
+        """The files after ``node`` in path order through listed directories: the rest of
+        its directory, depth first, then what follows it in its parent, and so on up to
+        the root; it stops at a directory not listed yet (listing could wait on git)."""
+        here = node.parent
+        start = bisect.bisect_right(here.names or [], node.name)
+        below: list[tuple[_Dir, int]] = []  # directories entered: where each continues
+        while True:
+            if not here.listed:
+                return
+            kids = here.order
+            i = start
+            while i < len(kids):
+                c = kids[i]
+                i += 1
+                if isinstance(c, _Dir):
+                    if not c.listed:
+                        return
+                    below.append((here, i))
+                    here, kids, i = c, c.order, 0
+                elif c.kind is NodeKind.FILE:
+                    yield c
+            if below:
+                here, start = below.pop()
+                continue
+            up = here.parent
+            if up is here or not up.listed:
+                return
+            start = bisect.bisect_right(up.names or [], here.name)
+            here = up
+
+    def _read_ahead(self, nodes: list[_Node]) -> list[bytes | None]:
+        """The whole verified bytes of small pointer files, read together
+        (:func:`read_whole_files`); None for any other file, or one that failed (its own
+        read reports it)."""
+        jobs: list[tuple[int, FileReader]] = []
+        for k, n in enumerate(nodes):
+            with self._lock:
+                info = self._infos.get(n.sha)
+            if info is None or info.pointer is None or not 0 < info.size <= AHEAD_FILE_MAX:
+                continue
+            try:
+                reader = self._reader(info.pointer)
+            except Exception:
+                continue  # (WouldBlockError; anything else its read reports)
+            if reader.size == info.pointer.size:
+                jobs.append((k, reader))
+        out: list[bytes | None] = [None] * len(nodes)
+        for (k, _), data in zip(jobs, read_whole_files([r for _, r in jobs]), strict=True):
+            out[k] = data
+        return out
 
     def _describe_around(self, node: _Node) -> None:
         """Before the first read of a pointer file from a server: the descriptions of the

@@ -849,6 +849,53 @@ def test_first_event_loop_read_from_a_local_store_describes_its_listed_neighbour
         cas.close()
 
 
+class _CountingReads(_Describing):
+    """A local store that records each ``read_chunks`` call."""
+
+    def __init__(self, cas: LocalCAS) -> None:
+        super().__init__(cas, is_local=True)
+        self.reads: list[tuple[bytes, int, int]] = []
+
+    def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
+        self.reads.append((xorb_hash, start, end))
+        return super().read_chunks(xorb_hash, start, end)
+
+
+def test_first_read_of_a_small_file_reads_the_next_listed_ones_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a local store, a small pointer file's first read (``try_read``, the event loop)
+    reads the files after it in its listed directories with it, in one chunk read (they
+    were added together: their chunks are adjacent); their first reads are then served
+    from that batch, once each, and a directory not listed yet ends the batch."""
+    monkeypatch.setattr(model._Prefetcher, "offer", lambda self, nodes: None)
+    repo, head, cas, files = _six_image_dirs(tmp_path)
+    store = _CountingReads(cas)
+    try:
+        with CommitFS(str(repo), head, store) as fs:
+            for d in (b"imgs", b"imgs/x2", b"imgs/x3"):
+                fs.readdir(fs.resolve_path(d).ino)
+            ino = {n: fs.resolve_path(n.encode()).ino for n in files}
+            # a blocking read loads the xorb's layout (the event loop never reads a footer)
+            assert fs.read(ino["imgs/x0/f0.bin"], 0, 1000) == files["imgs/x0/f0.bin"]
+            store.reads.clear()
+            assert fs.try_read(ino["imgs/x2/f1.bin"], 0, 1000) == files["imgs/x2/f1.bin"]
+            # x2/f1, x2/f2 and x3's three files: one run of five adjacent chunks
+            assert [end - start for _, start, end in store.reads] == [5]
+            for name in ("imgs/x3/f2.bin", "imgs/x2/f2.bin", "imgs/x3/f0.bin"):
+                assert fs.try_read(ino[name], 0, 1000) == files[name]
+            assert fs.try_read(ino["imgs/x3/f1.bin"], 0, 150) == files["imgs/x3/f1.bin"][:150]
+            assert len(store.reads) == 1
+            # handed out once: a later first read reads it again, as do files past x3
+            assert fs.try_read(ino["imgs/x3/f0.bin"], 0, 1000) == files["imgs/x3/f0.bin"]
+            assert len(store.reads) == 2
+            assert fs.try_read(ino["imgs/x4/f0.bin"], 0, 1000) == files["imgs/x4/f0.bin"]
+            assert len(store.reads) == 3
+            assert not fs._ready  # (nothing left: x4 was the last listed directory)
+    finally:
+        cas.close()
+
+
 def test_prefetcher_queues_a_directory_once_and_takes_the_last_offers_first() -> None:
     """A walk offers the directories it reaches next again and again (a listed directory's
     subdirectories, then its next siblings): each is queued once, the newest offer first."""
