@@ -537,6 +537,9 @@ class VolumeDriver:
         with self._lock:
             vols = list(self.volumes.values())
         wanted = {self.target(v.name): v for v in vols if v.mount_ids}
+        drop_orphans = getattr(self.mounter, "drop_orphans", None)
+        if callable(drop_orphans):  # mounts a killed plugin was starting, never recorded
+            drop_orphans()
         for info in self.mounter.list():
             if info.target.startswith(self.mount_root + os.sep) and info.target not in wanted:
                 with contextlib.suppress(MountError):

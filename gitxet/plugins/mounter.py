@@ -384,6 +384,9 @@ class SubprocessMounter:
             max_bytes=_RECORD_MAX_BYTES,
         )
         self._logs = os.path.join(self.state_dir, "logs")
+        # a marker per target whose daemon is being started (no record yet): what a mounter
+        # killed in between left mounted there is its own orphan, not someone else's mount
+        self._starting = os.path.join(self.state_dir, "starting")
         self._tokens = tokens_dir if tokens_dir is not None else _memory_dir(self.state_dir)
         self.cache_dir = os.path.join(self.state_dir, "cache")
         self._locks: dict[str, threading.Lock] = {}
@@ -411,7 +414,7 @@ class SubprocessMounter:
                 if _record_live(existing, self._mounted(), probe=True):
                     return self._same_or_raise(existing, spec, mnt)
                 self._clear_stale(existing)  # a dead mount: detached, then mounted anew
-            elif runner.is_mounted(mnt):
+            elif runner.is_mounted(mnt) and not self._drop_orphan(mnt):
                 raise MountError(mnt, "something else is already mounted there")
             # Resolved even when given a full sha: an unknown repo or commit is then a clear
             # MountSpecError before any daemon starts, not a daemon log tail.
@@ -488,9 +491,33 @@ class SubprocessMounter:
                 env[name] = value
         return env
 
+    def _starting_marker(self, mnt: str) -> str:
+        return os.path.join(self._starting, record_name(mnt))
+
+    def _drop_orphan(self, mnt: str) -> bool:
+        """Detach the gitxet mount at ``mnt`` if this mounter was starting it when it was
+        killed (its marker is there, its record never written); True when it is gone. Its
+        daemon, a foreground mount, exits once its connection is detached."""
+        marker = self._starting_marker(mnt)
+        if not os.path.exists(marker):
+            return False
+        entry = runner.find_mount(mnt)
+        if entry is not None:
+            if not entry.source.startswith("gitxet:"):
+                return False
+            try:
+                runner.unmount(mnt, lazy=True)
+            except MountError:
+                return False
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(marker)
+        return not runner.is_mounted(mnt)
+
     def _start(self, spec: MountSpec, sha: str, mnt: str, timeout: float) -> _Record:
         try:
             os.makedirs(mnt, exist_ok=True)
+            os.makedirs(self._starting, mode=0o700, exist_ok=True)
+            atomic_write(self._starting_marker(mnt), mnt.encode("utf-8") + b"\n", mode=0o600)
         except OSError as exc:
             raise MountError(mnt, f"cannot create the mountpoint: {exc}") from None
         os.makedirs(self._logs, mode=0o700, exist_ok=True)
@@ -511,6 +538,8 @@ class SubprocessMounter:
             )
         except BaseException:
             self._drop_token(mnt)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._starting_marker(mnt))
             raise
         rec = _Record(
             target=mnt,
@@ -528,6 +557,9 @@ class SubprocessMounter:
             with contextlib.suppress(MountError):
                 self._stop(rec)
             raise
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._starting_marker(mnt))
         return rec
 
     def _mounted(self) -> set[str]:
@@ -613,4 +645,19 @@ class SubprocessMounter:
                     remounted.append(self._start(spec, rec.commit_sha, rec.target, timeout).info())
                 except (MountError, OSError) as exc:
                     failed[rec.target] = str(exc)
+        self.drop_orphans()
         return RecoveryReport(adopted, remounted, failed)
+
+    def drop_orphans(self) -> None:
+        """Detach the mounts a killed mounter was starting (never recorded), so that none
+        is left behind in the way of the volume's next mount."""
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(self._starting):
+                try:
+                    with open(os.path.join(self._starting, name), "rb") as f:
+                        target = f.read(4097).decode("utf-8").strip()
+                except (OSError, UnicodeDecodeError):
+                    continue
+                if record_name(target) == name and self._records.get(target) is None:
+                    with self._lock(target):
+                        self._drop_orphan(target)

@@ -15,6 +15,7 @@ import pytest
 
 from gitxet.errors import FormatError, MountError, MountSpecError
 from gitxet.mount.runner import is_mounted
+from gitxet.plugins.docker_volume import VolumeDriver
 from gitxet.plugins.mounter import (
     TOKEN_ENV,
     Mounter,
@@ -364,3 +365,56 @@ def test_a_cache_tier_reaches_the_daemon_and_the_record(tmp_path: Path) -> None:
     with pytest.raises(MountSpecError) as exc:
         validate_spec(MountSpec("https://hub/x", "main", cas="tier:8080"))
     assert exc.value.field == "cas"
+
+
+@pytest.mark.fuse
+def test_a_mount_started_by_a_killed_mounter_is_replaced_not_in_the_way(
+    tmp_path: Path, repo: tuple[str, str]
+) -> None:
+    # The Docker plugin killed (kill -9) between starting a daemon and writing its record
+    # left a live mount nobody had a record of: every later Mount of the volume failed with
+    # "something else is already mounted there", and `volume rm` left it mounted.
+    require_fuse()
+    path, _sha = repo
+    state = str(tmp_path / "state")
+    target = str(tmp_path / "mnt")
+    spec = MountSpec(path, "main")
+    m = SubprocessMounter(state)
+    pids: list[int] = []
+    try:
+        first = m.mount(spec, target, timeout=30)
+        pids.append(first.pid)
+        # what the killed plugin left: the mount and its start marker, no record
+        m._records.remove(m._records.list()[0].target)
+        os.makedirs(m._starting, exist_ok=True)
+        Path(m._starting_marker(first.target)).write_text(first.target + "\n")
+        m2 = SubprocessMounter(state)  # the restarted plugin
+        second = m2.mount(spec, target, timeout=30)
+        pids.append(second.pid)
+        assert second.pid != first.pid
+        assert Path(target, "sub", "a.txt").read_text() == "alpha\n"
+        deadline = time.monotonic() + 10
+        while _pid_alive(first.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _pid_alive(first.pid)  # the orphan's daemon exited once detached
+        # a mount with no marker of ours is someone else's: still refused
+        m2._records.remove(second.target)
+        with pytest.raises(MountError, match="something else is already mounted there"):
+            SubprocessMounter(state).mount(spec, target, timeout=30)
+        # recovery detaches an orphan of ours too (a restarted plugin, no Mount call yet)
+        Path(m2._starting_marker(second.target)).write_text(second.target + "\n")
+        SubprocessMounter(state).recover()
+        assert not is_mounted(target) and not os.listdir(m2._starting)
+        # and the Docker plugin's start-up does the same
+        third = SubprocessMounter(state).mount(spec, target, timeout=30)
+        pids.append(third.pid)
+        m2._records.remove(third.target)
+        Path(m2._starting_marker(third.target)).write_text(third.target + "\n")
+        VolumeDriver(SubprocessMounter(state), str(tmp_path / "dk"), str(tmp_path)).recover()
+        assert not is_mounted(target)
+    finally:
+        for pid in pids:
+            if _pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if is_mounted(target):
+            subprocess.run(["fusermount3", "-u", "-z", target], check=False, timeout=10)
