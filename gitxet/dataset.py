@@ -83,17 +83,25 @@ Progress = Callable[[int], None]
 RemoteFactory = Callable[[str], CASRemote]
 
 
-def cas_root(url: str) -> str | None:
-    """Where the embedded CAS of a path/``file://`` remote lives, or None for other URLs."""
+def local_path(url: str) -> str | None:
+    """The absolute path a path/``file://`` remote names, or None for other URLs."""
     if url.startswith("file://"):
         path = urllib.parse.unquote(urllib.parse.urlparse(url).path)
     elif "://" in url or (":" in url.split("/")[0] and not os.path.exists(url)):
         return None  # http(s)://, ssh://, scp-like host:path
     else:
         path = url
-    path = os.path.abspath(os.path.expanduser(path))
-    if os.path.isdir(os.path.join(path, ".git")):
-        return os.path.join(path, ".git", "xet")
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def cas_root(url: str) -> str | None:
+    """Where the embedded CAS of a path/``file://`` remote lives, or None for other URLs."""
+    path = local_path(url)
+    if path is None:
+        return None
+    git_dir = process.work_tree_git_dir(path)  # a work tree: .git, or a linked one's
+    if git_dir is not None:
+        return os.path.join(process.common_git_dir(git_dir), "xet")  # one store for all
     return os.path.join(path, "xet")
 
 
@@ -746,17 +754,19 @@ def open_dataset(location: str, access: HttpAccess | None = None) -> Dataset:
     if root is None:
         raise NotFoundError(f"{shown}: only local paths, file:// and http(s) URLs can be opened")
     path = os.path.dirname(root)  # the git dir (".git" of a work tree, or the bare repo)
+    local = local_path(location)
+    if local is not None and process.work_tree_git_dir(local) is not None:
+        path = local  # a work tree: its own HEAD (a linked one's is not the main one's)
     if not os.path.isdir(path):
         raise NotFoundError(f"{shown}: no such repository")
     try:
         git_dir = str(process.git_dir(path))
     except GitError:
         raise NotFoundError(f"{shown}: not a git repository") from None
-    own = os.path.join(git_dir, "xet")
     return Dataset(
         git_dir,
         shown,
-        store=LocalCAS(own) if os.path.isdir(own) else None,
+        store=LocalCAS(root) if os.path.isdir(root) else None,
         remotes=Remotes(git_dir, access.remote_factory if access is not None else None),
     )
 

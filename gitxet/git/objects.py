@@ -325,7 +325,9 @@ class _Handle:
     """One dulwich repository, used by one thread at a time."""
 
     def __init__(self, path: str) -> None:
-        self.repo = Repo(path)
+        from gitxet.git.process import common_git_dir
+
+        self.repo = Repo(common_git_dir(path))  # a linked work tree's objects are shared
         try:
             self.store: Any = self.repo.object_store
             self.packs: list[Any] = list(self.store.packs)

@@ -114,6 +114,34 @@ def git_version() -> tuple[int, ...]:
     return tuple(parts)
 
 
+def common_git_dir(git_dir: str) -> str:
+    """The git dir whose objects, refs and store ``git_dir`` shares: the main one of a
+    linked work tree's (its ``commondir`` file names it), else ``git_dir``. No git run."""
+    try:
+        with open(os.path.join(git_dir, "commondir"), encoding="utf-8") as f:
+            rel = f.read().strip()
+    except OSError:
+        return git_dir
+    return os.path.normpath(os.path.join(git_dir, rel)) if rel else git_dir
+
+
+def work_tree_git_dir(path: str) -> str | None:
+    """The git dir of the work tree at ``path``: its ``.git`` directory or the one a ``.git``
+    file names (a linked work tree, a submodule); None when it has neither. No git run."""
+    dotgit = os.path.join(path, ".git")
+    if os.path.isdir(dotgit):
+        return dotgit
+    try:
+        with open(dotgit, encoding="utf-8") as f:
+            line = f.readline(4096).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    named = os.path.join(path, line.removeprefix("gitdir:").strip())  # an absolute one stays
+    return os.path.normpath(named) if os.path.isdir(named) else None
+
+
 def git_dir(cwd: PathArg) -> Path:
     """Absolute path of the repository's git directory (``.git`` or a bare repo)."""
     return Path(os.fsdecode(one_line(run_git(["rev-parse", "--absolute-git-dir"], cwd))))

@@ -81,6 +81,33 @@ def test_worktree_add_reads_the_shared_store(work: Path, tmp_path: Path) -> None
     assert_clean(work)
 
 
+def test_a_linked_work_tree_is_a_remote_and_a_dataset(work: Path, tmp_path: Path) -> None:
+    """A linked work tree's '.git' is a file: cloning it (its data is in the main git dir's
+    store) failed 'nowhere to be had', and a mount of it died 'not a git repository'."""
+    from gitxet.dataset import open_commit
+
+    linked = tmp_path / "linked"
+    git("worktree", "add", "-q", "-b", "topic", str(linked), cwd=work)
+    (linked / "data" / "b.bin").write_bytes(data(7))
+    run("git-xet", "add", "data/b.bin", cwd=linked)
+    git("commit", "-q", "-m", "linked", cwd=linked)
+
+    clone = tmp_path / "clone"
+    git("clone", "-q", "-b", "topic", str(linked), str(clone), cwd=tmp_path)
+    run("git-xet", "checkout", cwd=clone)  # no global install here: it sets the filter up
+    assert (clone / "data" / "b.bin").read_bytes() == data(7)
+    assert_clean(clone)
+
+    opened = open_commit(str(linked), "HEAD")  # the linked work tree's HEAD, not main's
+    try:
+        assert opened.commit == git("rev-parse", "HEAD", cwd=linked).strip()
+        attrs = opened.fs.resolve_path(b"data/b.bin")
+        assert opened.fs.read(attrs.ino, 0, 1 << 20) == data(7)
+    finally:
+        opened.close()
+        opened.dataset.close()
+
+
 def test_fsck_in_a_server_repository_says_its_data_is_in_the_server_store(
     tmp_path: Path,
 ) -> None:
