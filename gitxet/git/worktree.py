@@ -21,9 +21,12 @@ from typing import BinaryIO
 from gitxet.errors import UnsafePathError
 from gitxet.git.paths import unsafe_path
 from gitxet.util.atomic import atomic_creator_at, atomic_writer_at
+from gitxet.util.lru import LeaseCache
 
 __all__ = ["WorkTree"]
 
+#: directory handles a :class:`WorkTree` keeps open for :meth:`WorkTree.create`
+KEPT_DIRS = 16
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -38,8 +41,11 @@ class WorkTree:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.fspath(root)
         self._fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        # directories :meth:`create` writes into, kept open while files go into them
+        self._dirs: LeaseCache[str, int] = LeaseCache(KEPT_DIRS, os.close)
 
     def close(self) -> None:
+        self._dirs.close()  # each closed once no writer uses it
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -54,10 +60,24 @@ class WorkTree:
     def parent(self, path: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
         """``(directory handle, name)`` of ``path``'s last component; with ``create`` the
         missing directories on the way are made (never through a symlink)."""
+        parts = self._checked(path)
+        fd = self._walk(path, parts, create)
+        try:
+            yield fd, parts[-1]
+        finally:
+            if fd != self._fd:
+                os.close(fd)
+
+    @staticmethod
+    def _checked(path: str) -> list[str]:
         reason = unsafe_path(os.fsencode(path))
         if reason is not None:
             raise UnsafePathError(path, reason)
-        parts = path.split("/")
+        return path.split("/")
+
+    def _walk(self, path: str, parts: list[str], create: bool) -> int:
+        """The directory holding ``path``'s last component, opened one component at a
+        time (the work tree's own handle when that is the top)."""
         fd = self._fd
         try:
             for i, part in enumerate(parts[:-1]):
@@ -65,10 +85,11 @@ class WorkTree:
                 if fd != self._fd:
                     os.close(fd)
                 fd = fd_next
-            yield fd, parts[-1]
-        finally:
+        except BaseException:
             if fd != self._fd:
                 os.close(fd)
+            raise
+        return fd
 
     @staticmethod
     def _open_dir(fd: int, name: str, path: str, upto: str, create: bool) -> int:
@@ -138,8 +159,16 @@ class WorkTree:
         (missing directories are made; ``out`` then holds its stat). Nothing is replaced:
         ``FileExistsError`` says something is at ``path`` already, and then nothing was
         written there."""
+        parts = self._checked(path)
+        if len(parts) == 1:
+            with atomic_creator_at(self._fd, path, mode=mode) as (f, out):
+                yield f, out
+            return
+        # the directory's handle is kept for the next files into it (a clone writes its
+        # files directory by directory): one walk per directory, not one per file
+        head = path.rpartition("/")[0]
         with (
-            self.parent(path, create=True) as (fd, name),
-            atomic_creator_at(fd, name, mode=mode) as (f, out),
+            self._dirs.use(head, lambda: self._walk(path, parts, True)) as fd,
+            atomic_creator_at(fd, parts[-1], mode=mode) as (f, out),
         ):
             yield f, out

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gitxet.errors import UnsafePathError
-from gitxet.git.worktree import WorkTree
+from gitxet.git.worktree import KEPT_DIRS, WorkTree
 from gitxet.util.atomic import atomic_writer_at
 
 
@@ -162,3 +162,66 @@ def test_replace_can_keep_an_existing_files_mode(tree: tuple[Path, Path]) -> Non
             assert stat.S_IMODE(st[0].st_mode) == (0o600 if name == "own" else 0o755)
     assert not (root / "a" / "link").is_symlink()
     assert (outside / "victim").read_bytes() == b"precious"
+
+
+def create(wt: WorkTree, path: str, data: bytes) -> os.stat_result:
+    with wt.create(path, mode=0o640) as (f, st):
+        f.write(data)
+    return st[0]
+
+
+@pytest.mark.parametrize(
+    "path", ["../outside/victim", "/etc/passwd", ".git/config", ".GIT/x", "a//b", "", "a/"]
+)
+def test_create_refuses_unsafe_paths_and_symlinked_directories(
+    tree: tuple[Path, Path], path: str
+) -> None:
+    root, outside = tree
+    (root / ".git").mkdir()
+    (root / "data").symlink_to(outside)
+    with WorkTree(root) as wt:
+        with pytest.raises(UnsafePathError):
+            create(wt, path, b"evil")
+        for linked in ("data/new", "data/sub/new"):
+            with pytest.raises(UnsafePathError, match="symlink"):
+                create(wt, linked, b"evil")
+    assert sorted(os.listdir(outside)) == ["victim"] and list((root / ".git").iterdir()) == []
+
+
+def test_create_makes_new_files_only_from_many_threads_in_kept_directories(
+    tree: tuple[Path, Path],
+) -> None:
+    """More directories than the work tree keeps open, files from 4 threads into each:
+    every file whole, with its stat; an existing name (a file, a symlink) is never
+    replaced; no handle is left open after close."""
+    root, outside = tree
+    (root / "d00").mkdir()
+    (root / "d00" / "taken").write_bytes(b"mine")
+    (root / "d00" / "link").symlink_to(outside / "victim")
+    paths = [f"d{d:02}/e/f{i}" for d in range(KEPT_DIRS * 2) for i in range(8)]
+    fds_before = len(os.listdir("/proc/self/fd"))
+    errors: list[BaseException] = []
+    with WorkTree(root) as wt:
+
+        def work(mine: list[str]) -> None:
+            try:
+                for p in mine:
+                    st = create(wt, p, p.encode())
+                    assert st.st_size == len(p) and stat.S_IMODE(st.st_mode) == 0o640
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(paths[i::4],)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for name in ("taken", "link"):
+            with pytest.raises(FileExistsError):
+                create(wt, f"d00/{name}", b"new")
+    assert errors == []
+    for p in paths:
+        assert (root / p).read_bytes() == p.encode()
+    assert (root / "d00" / "taken").read_bytes() == b"mine"
+    assert (outside / "victim").read_bytes() == b"precious"
+    assert len(os.listdir("/proc/self/fd")) <= fds_before  # none left open
