@@ -597,7 +597,12 @@ def remote_failure(url: str, message: str) -> GitError | NotFoundError | RemoteE
         return UnreachableError("git", url, "unknown host")
     if "timed out" in low:
         return UnreachableError("git", url, "timed out")
-    if "authentication failed" in low or "could not read username" in low or " 403" in low:
+    if "could not read username" in low:  # git had no credentials to offer at all
+        return AuthError(
+            f"{url}: the server asks for credentials and none were given "
+            f"(git xet login {url}, or set GITXET_TOKEN)"
+        )
+    if "authentication failed" in low or " 403" in low:
         return AuthError(f"{url}: the server refused the credentials (git xet login {url})")
     if ("repository" in low and "not found" in low) or "does not appear to be a git" in low:
         return NotFoundError(f"no repository at {url}")

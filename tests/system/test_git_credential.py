@@ -214,7 +214,7 @@ def test_a_plugin_never_resolves_a_volume_with_its_own_gitxet_token(
     run("git", "push", "-q", "origin", "main", cwd=work, env={"GITXET_TOKEN": token})
     monkeypatch.setenv("GITXET_TOKEN", token)  # the plugin's own
     resolve = plugin_resolver(str(tmp_path / "plugin-cache"))
-    with pytest.raises(GitxetError, match="refused the credentials"):
+    with pytest.raises(GitxetError, match="asks for credentials and none were given"):
         resolve(MountSpec(repo=url, commit="main"))
     sha = run("git", "rev-parse", "main", cwd=work).stdout.strip()
     assert resolve(MountSpec(repo=url, commit="main", token=token)) == sha

@@ -348,3 +348,26 @@ def test_blob_sizes_and_refs(repo: Path, run_git_cmd: Git) -> None:
     dates = gp.ref_dates(repo, ["refs/heads"])
     assert sorted(ref for _, _, ref in dates) == ["refs/heads/main", "refs/heads/other"]
     assert all(oid == head and isinstance(when, int) for oid, when, _ in dates)
+
+
+@pytest.mark.parametrize(
+    ("stderr", "said"),
+    [
+        (
+            "fatal: could not read Username for 'http://h/d.git': No such device or address",
+            "asks for credentials and none were given (git xet login http://h/d.git, or set "
+            "GITXET_TOKEN)",
+        ),
+        ("fatal: Authentication failed for 'http://h/d.git/'", "refused the credentials"),
+        (
+            "fatal: unable to access 'http://h/d.git/': The requested URL returned error: 403",
+            "refused the credentials",
+        ),
+    ],
+)
+def test_remote_failure_tells_missing_from_refused_credentials(stderr: str, said: str) -> None:
+    from gitxet.errors import AuthError
+
+    err = gp.remote_failure("http://h/d.git", stderr)
+    assert isinstance(err, AuthError)
+    assert said in str(err)
