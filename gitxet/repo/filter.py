@@ -155,6 +155,11 @@ class FilterHandler:
                 pass
             return known, None
         head = read_up_to(src, max(self.threshold, MAX_POINTER_SIZE + 1))
+        if not head:
+            # an empty file is its own pointer, as in git-lfs: git never runs the clean
+            # filter on an empty work-tree file when it diffs, so a pointer for one shows
+            # as a change in `git diff` forever after
+            return b"", None
         if len(head) <= MAX_POINTER_SIZE and try_pointer(head) is not None:
             return head, None  # an unmaterialized pointer stays a pointer
         if len(head) < self.threshold and not self._always_pointer(path):

@@ -70,6 +70,21 @@ def test_clean_then_smudge_round_trip(git_repo: Path) -> None:
     assert smudge(lazy, blob) == blob
 
 
+def test_an_empty_file_stays_empty_even_when_always_a_pointer(
+    git_repo: Path, run_git_cmd: Git
+) -> None:
+    # git diff never filters an empty work-tree file: a pointer for one would show as
+    # "4 deletions" in `git diff` after every add (git-lfs keeps empty files empty too)
+    (git_repo / ".gitattributes").write_text(
+        "*.bin filter=xet diff=xet merge=xet -text xet=always\n"
+    )
+    h = handler(git_repo)
+    h.threshold = 0
+    assert clean(h, b"", "e.bin") == b""
+    assert smudge(h, b"", "e.bin") == b""
+    assert Pointer.decode(clean(h, b"x", "e.bin")).size == 1  # one byte is data again
+
+
 def test_smudge_of_data_nobody_has_names_the_file(git_repo: Path) -> None:
     h = handler(git_repo)
     gone = Pointer(sha256="ab" * 32, size=10, xet_hash="cd" * 32)
