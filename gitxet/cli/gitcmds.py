@@ -347,7 +347,6 @@ def fsck_cmd(
     """
     from gitxet.cli._errors import describe
     from gitxet.cli._progress import human_size
-    from gitxet.cli.inspection import _head
     from gitxet.data.audit import verify_pointers, verify_store
     from gitxet.errors import ConfigError, GitxetError, RemoteError
     from gitxet.git import process
@@ -372,7 +371,7 @@ def fsck_cmd(
     if all_refs:
         found, scope = repo.history_pointers(repo.ref_tips(all_refs=True)), "all branches and tags"
     else:
-        born = _head(repo) is not None  # before the first commit: nothing to find
+        born = process.head_commit(repo.cwd) is not None  # before the first commit: nothing to find
         found = [(f.path, f.pointer) for f in repo.pointer_files("HEAD")] if born else []
         scope = "HEAD"
     name = remote or repo.default_remote()

@@ -29,17 +29,6 @@ def _open_repo(path: str = "."):  # type: ignore[no-untyped-def]
     return open_repo(path)
 
 
-def _head(repo) -> str | None:  # type: ignore[no-untyped-def]
-    """HEAD's commit, or None before the first commit (an unborn branch)."""
-    from gitxet.errors import GitObjectNotFoundError
-    from gitxet.git import process
-
-    try:
-        return process.rev_parse(repo.cwd, "HEAD")
-    except GitObjectNotFoundError:
-        return None
-
-
 # ---- status ------------------------------------------------------------------------------
 
 
@@ -64,7 +53,7 @@ def _status(repo) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     from gitxet.git import process
     from gitxet.settings import strip_credentials
 
-    head = _head(repo)
+    head = process.head_commit(repo.cwd)
     index = repo.pointer_files(None)
     tree = repo.pointer_files(head) if head else []
     large = {f.path for f in index} | {f.path for f in tree}
@@ -189,16 +178,17 @@ def ls_files_cmd(
     With --all or --deleted the history is listed (one line per file version, at the path
     it was first seen); a file not in REV's tree any more is marked deleted.
     """
+    from gitxet.git import process
+
     repo = _open_repo()
-    if (rev == "HEAD" and _head(repo) is None) and not all_refs:
+    born = rev != "HEAD" or process.head_commit(repo.cwd) is not None
+    if not born and not all_refs:
         return  # no commit yet: no pointer files (as git ls-files of an empty tree)
-    current = repo.pointer_files(rev) if _head(repo) or rev != "HEAD" else []
+    current = repo.pointer_files(rev) if born else []
     rows: list[tuple[str, Any, bool | None, bool]] = [
         (f.path, f.pointer, f.materialized if rev == "HEAD" else None, False) for f in current
     ]
     if all_refs or deleted:
-        from gitxet.git import process
-
         revs = repo.ref_tips(True) if all_refs else [process.rev_parse(repo.cwd, rev)]
         here = {(f.path, f.pointer.xet_hash) for f in current}
         for path, ptr in repo.history_pointers(revs):

@@ -198,6 +198,14 @@ def rev_parse(cwd: PathArg, rev: str) -> str:
     return one_line(result.stdout).decode("ascii")
 
 
+def head_commit(cwd: PathArg) -> str | None:
+    """HEAD's commit, or None before the first commit (an unborn branch)."""
+    try:
+        return rev_parse(cwd, "HEAD")
+    except GitObjectNotFoundError:
+        return None
+
+
 # ---- streamed listings --------------------------------------------------------------------
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,30 @@ def repo(tmp_path: Path) -> tuple[str, str]:
     git("commit", "-q", "-m", "one", cwd=work)
     git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp_path)
     return str(bare), git("rev-parse", "HEAD", cwd=work)
+
+
+@dataclass
+class FuseSite:
+    """A repository to mount, a state dir and a target; the daemons a test started (``pids``)."""
+
+    path: str
+    sha: str
+    state: str
+    target: str
+    pids: list[int] = dataclasses.field(default_factory=list)
+
+
+@pytest.fixture
+def site(tmp_path: Path, repo: tuple[str, str]) -> Iterator[FuseSite]:
+    """For a real FUSE mount: killed daemons and a mount left behind are cleaned up after."""
+    require_fuse()
+    s = FuseSite(*repo, state=str(tmp_path / "state"), target=str(tmp_path / "mnt"))
+    yield s
+    for pid in s.pids:
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    if is_mounted(s.target):
+        subprocess.run(["fusermount3", "-u", "-z", s.target], check=False, timeout=10)
 
 
 # ---- specs -------------------------------------------------------------------------------------
@@ -233,98 +259,82 @@ def _pid_alive(pid: int) -> bool:
 
 
 @pytest.mark.fuse
-def test_mount_share_restart_recover_unmount(tmp_path: Path, repo: tuple[str, str]) -> None:
-    require_fuse()
-    path, sha = repo
-    state = str(tmp_path / "state")
+def test_mount_share_restart_recover_unmount(site: FuseSite) -> None:
+    path, sha, state, target, pids = site.path, site.sha, site.state, site.target, site.pids
     env = {**os.environ, TOKEN_ENV: "inherited-token-must-not-leak"}
     m = SubprocessMounter(state, env=env)
-    target = str(tmp_path / "mnt")
     spec = MountSpec(path, "main", token=TOKEN, cache_size="1GiB")
-    pids: list[int] = []
-    try:
-        info = m.mount(spec, target, timeout=30)
-        pids.append(info.pid)
-        assert info.commit_sha == sha and info.spec == spec.without_token()
-        assert Path(target, "sub", "a.txt").read_text() == "alpha\n"
-        # the same spec again is the same mount; another spec there is refused
-        assert m.mount(MountSpec(path, sha, cache_size="1GiB"), target) == info
-        with pytest.raises(MountError, match="another spec"):
-            m.mount(MountSpec(path, "main", subdir="sub"), target)
-        assert m.list() == [info] and m.is_mounted(target)
+    info = m.mount(spec, target, timeout=30)
+    pids.append(info.pid)
+    assert info.commit_sha == sha and info.spec == spec.without_token()
+    assert Path(target, "sub", "a.txt").read_text() == "alpha\n"
+    # the same spec again is the same mount; another spec there is refused
+    assert m.mount(MountSpec(path, sha, cache_size="1GiB"), target) == info
+    with pytest.raises(MountError, match="another spec"):
+        m.mount(MountSpec(path, "main", subdir="sub"), target)
+    assert m.list() == [info] and m.is_mounted(target)
 
-        # the token reaches the daemon through a file in memory only (neither argv, nor
-        # its environment, nor the state dir on disk); a new token there rotates it
-        environ = Path(f"/proc/{info.pid}/environ").read_bytes().split(b"\0")
-        files = [e for e in environ if e.startswith(f"{TOKEN_FILE_ENV}=".encode())]
-        (token_file,) = [Path(e.split(b"=", 1)[1].decode()) for e in files]
-        assert str(token_file).startswith("/dev/shm/")
-        assert token_file.read_text().strip() == TOKEN
-        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
-        assert not any(e.startswith(f"{TOKEN_ENV}=".encode()) for e in environ)
-        assert not any(TOKEN.encode() in e for e in environ)
-        assert b"GITXET_CACHE_SIZE=1GiB" in environ
-        assert TOKEN.encode() not in Path(f"/proc/{info.pid}/cmdline").read_bytes()
-        for f in Path(state).rglob("*"):
-            if f.is_file():
-                assert TOKEN.encode() not in f.read_bytes(), f
-        assert m.mount(replace(spec, token=TOKEN + "2"), target) == info
-        assert token_file.read_text().strip() == TOKEN + "2"
-        assert m.mount(spec, target) == info
+    # the token reaches the daemon through a file in memory only (neither argv, nor
+    # its environment, nor the state dir on disk); a new token there rotates it
+    environ = Path(f"/proc/{info.pid}/environ").read_bytes().split(b"\0")
+    files = [e for e in environ if e.startswith(f"{TOKEN_FILE_ENV}=".encode())]
+    (token_file,) = [Path(e.split(b"=", 1)[1].decode()) for e in files]
+    assert str(token_file).startswith("/dev/shm/")
+    assert token_file.read_text().strip() == TOKEN
+    assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+    assert not any(e.startswith(f"{TOKEN_ENV}=".encode()) for e in environ)
+    assert not any(TOKEN.encode() in e for e in environ)
+    assert b"GITXET_CACHE_SIZE=1GiB" in environ
+    assert TOKEN.encode() not in Path(f"/proc/{info.pid}/cmdline").read_bytes()
+    for f in Path(state).rglob("*"):
+        if f.is_file():
+            assert TOKEN.encode() not in f.read_bytes(), f
+    assert m.mount(replace(spec, token=TOKEN + "2"), target) == info
+    assert token_file.read_text().strip() == TOKEN + "2"
+    assert m.mount(spec, target) == info
 
-        # a new mounter on the same state (a restarted plugin) adopts the live mount
-        m2 = SubprocessMounter(state, env=env)
-        assert m2.list() == [info]
-        report = m2.recover()
-        assert report.adopted == [info] and not report.remounted and not report.failed
+    # a new mounter on the same state (a restarted plugin) adopts the live mount
+    m2 = SubprocessMounter(state, env=env)
+    assert m2.list() == [info]
+    report = m2.recover()
+    assert report.adopted == [info] and not report.remounted and not report.failed
 
-        # the daemon dies: the mount is no longer "mounted"; recover brings it back
-        os.kill(info.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        # list() does not probe the mount: it says "dead" once the killed daemon is gone
-        # from the process table, which on a loaded machine comes after the probe does
-        while (m2.is_mounted(target) or m2.list()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not m2.is_mounted(target) and m2.list() == []
-        assert m2.get(target) == info  # the record stays for recovery
-        report = m2.recover({target: TOKEN})
-        assert not report.failed and len(report.remounted) == 1
-        new = report.remounted[0]
-        pids.append(new.pid)
-        assert new.pid != info.pid and new.commit_sha == sha
-        assert Path(target, "top.txt").read_text() == "top\n"
-        assert token_file.read_text().strip() == TOKEN
-        assert (
-            f"{TOKEN_FILE_ENV}={token_file}".encode()
-            in Path(f"/proc/{new.pid}/environ").read_bytes()
-        )
+    # the daemon dies: the mount is no longer "mounted"; recover brings it back
+    os.kill(info.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    # list() does not probe the mount: it says "dead" once the killed daemon is gone
+    # from the process table, which on a loaded machine comes after the probe does
+    while (m2.is_mounted(target) or m2.list()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not m2.is_mounted(target) and m2.list() == []
+    assert m2.get(target) == info  # the record stays for recovery
+    report = m2.recover({target: TOKEN})
+    assert not report.failed and len(report.remounted) == 1
+    new = report.remounted[0]
+    pids.append(new.pid)
+    assert new.pid != info.pid and new.commit_sha == sha
+    assert Path(target, "top.txt").read_text() == "top\n"
+    assert token_file.read_text().strip() == TOKEN
+    assert (
+        f"{TOKEN_FILE_ENV}={token_file}".encode() in Path(f"/proc/{new.pid}/environ").read_bytes()
+    )
 
-        m2.unmount(target)
-        m2.unmount(target)  # idempotent
-        assert not is_mounted(target) and m2.list() == [] and m2.get(target) is None
-        assert not token_file.exists()  # removed with the mount
-        deadline = time.monotonic() + 10
-        while _pid_alive(new.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _pid_alive(new.pid)
-    finally:
-        for pid in pids:
-            if _pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        if is_mounted(target):
-            subprocess.run(["fusermount3", "-u", "-z", target], check=False, timeout=10)
+    m2.unmount(target)
+    m2.unmount(target)  # idempotent
+    assert not is_mounted(target) and m2.list() == [] and m2.get(target) is None
+    assert not token_file.exists()  # removed with the mount
+    deadline = time.monotonic() + 10
+    while _pid_alive(new.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _pid_alive(new.pid)
 
 
 @pytest.mark.fuse
-def test_remount_of_a_vanished_repo_fails_and_keeps_the_record(
-    tmp_path: Path, repo: tuple[str, str]
-) -> None:
-    require_fuse()
-    path, _ = repo
-    state = str(tmp_path / "state")
+def test_remount_of_a_vanished_repo_fails_and_keeps_the_record(site: FuseSite) -> None:
+    path, state, target = site.path, site.state, site.target
     m = SubprocessMounter(state, env={**os.environ, TOKEN_ENV: "plugin-own-token"})
-    target = str(tmp_path / "mnt")
     info = m.mount(MountSpec(path, "main", subdir="sub"), target, timeout=30)
+    site.pids.append(info.pid)
     try:
         assert sorted(os.listdir(target)) == ["a.txt"]
         # a spec without a token gets none, not the one in the mounter's own environment
@@ -345,8 +355,6 @@ def test_remount_of_a_vanished_repo_fails_and_keeps_the_record(
         assert sorted(os.listdir(target)) == ["a.txt"]
     finally:
         m.unmount(target)
-        if _pid_alive(info.pid):
-            os.kill(info.pid, signal.SIGKILL)
     assert not is_mounted(target)
 
 
@@ -369,52 +377,41 @@ def test_a_cache_tier_reaches_the_daemon_and_the_record(tmp_path: Path) -> None:
 
 @pytest.mark.fuse
 def test_a_mount_started_by_a_killed_mounter_is_replaced_not_in_the_way(
-    tmp_path: Path, repo: tuple[str, str]
+    tmp_path: Path, site: FuseSite
 ) -> None:
     # The Docker plugin killed (kill -9) between starting a daemon and writing its record
     # left a live mount nobody had a record of: every later Mount of the volume failed with
     # "something else is already mounted there", and `volume rm` left it mounted.
-    require_fuse()
-    path, _sha = repo
-    state = str(tmp_path / "state")
-    target = str(tmp_path / "mnt")
+    path, state, target, pids = site.path, site.state, site.target, site.pids
     spec = MountSpec(path, "main")
     m = SubprocessMounter(state)
-    pids: list[int] = []
-    try:
-        first = m.mount(spec, target, timeout=30)
-        pids.append(first.pid)
-        # what the killed plugin left: the mount and its start marker, no record
-        m._records.remove(m._records.list()[0].target)
-        os.makedirs(m._starting, exist_ok=True)
-        Path(m._starting_marker(first.target)).write_text(first.target + "\n")
-        m2 = SubprocessMounter(state)  # the restarted plugin
-        second = m2.mount(spec, target, timeout=30)
-        pids.append(second.pid)
-        assert second.pid != first.pid
-        assert Path(target, "sub", "a.txt").read_text() == "alpha\n"
-        deadline = time.monotonic() + 10
-        while _pid_alive(first.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _pid_alive(first.pid)  # the orphan's daemon exited once detached
-        # a mount with no marker of ours is someone else's: still refused
-        m2._records.remove(second.target)
-        with pytest.raises(MountError, match="something else is already mounted there"):
-            SubprocessMounter(state).mount(spec, target, timeout=30)
-        # recovery detaches an orphan of ours too (a restarted plugin, no Mount call yet)
-        Path(m2._starting_marker(second.target)).write_text(second.target + "\n")
-        SubprocessMounter(state).recover()
-        assert not is_mounted(target) and not os.listdir(m2._starting)
-        # and the Docker plugin's start-up does the same
-        third = SubprocessMounter(state).mount(spec, target, timeout=30)
-        pids.append(third.pid)
-        m2._records.remove(third.target)
-        Path(m2._starting_marker(third.target)).write_text(third.target + "\n")
-        VolumeDriver(SubprocessMounter(state), str(tmp_path / "dk"), str(tmp_path)).recover()
-        assert not is_mounted(target)
-    finally:
-        for pid in pids:
-            if _pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        if is_mounted(target):
-            subprocess.run(["fusermount3", "-u", "-z", target], check=False, timeout=10)
+    first = m.mount(spec, target, timeout=30)
+    pids.append(first.pid)
+    # what the killed plugin left: the mount and its start marker, no record
+    m._records.remove(m._records.list()[0].target)
+    os.makedirs(m._starting, exist_ok=True)
+    Path(m._starting_marker(first.target)).write_text(first.target + "\n")
+    m2 = SubprocessMounter(state)  # the restarted plugin
+    second = m2.mount(spec, target, timeout=30)
+    pids.append(second.pid)
+    assert second.pid != first.pid
+    assert Path(target, "sub", "a.txt").read_text() == "alpha\n"
+    deadline = time.monotonic() + 10
+    while _pid_alive(first.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _pid_alive(first.pid)  # the orphan's daemon exited once detached
+    # a mount with no marker of ours is someone else's: still refused
+    m2._records.remove(second.target)
+    with pytest.raises(MountError, match="something else is already mounted there"):
+        SubprocessMounter(state).mount(spec, target, timeout=30)
+    # recovery detaches an orphan of ours too (a restarted plugin, no Mount call yet)
+    Path(m2._starting_marker(second.target)).write_text(second.target + "\n")
+    SubprocessMounter(state).recover()
+    assert not is_mounted(target) and not os.listdir(m2._starting)
+    # and the Docker plugin's start-up does the same
+    third = SubprocessMounter(state).mount(spec, target, timeout=30)
+    pids.append(third.pid)
+    m2._records.remove(third.target)
+    Path(m2._starting_marker(third.target)).write_text(third.target + "\n")
+    VolumeDriver(SubprocessMounter(state), str(tmp_path / "dk"), str(tmp_path)).recover()
+    assert not is_mounted(target)
