@@ -228,6 +228,32 @@ class _Span:
     offset: int  # file offset where the term starts
 
 
+def check_terms(source: ChunkSource, file_hash_: bytes, info: FileInfo) -> None:
+    """Check a file's terms against its xorbs' layouts, their verification hashes and its
+    file hash (raises :class:`IntegrityError`): what a reader checks before serving a byte."""
+    entries: list[tuple[bytes, int]] = []
+    for i, t in enumerate(info.terms):
+        lay = source.layout(t.xorb_hash)
+        if not 0 <= t.chunk_start < t.chunk_end <= len(lay.chunk_hashes):
+            raise IntegrityError(
+                "xorb", to_hex(t.xorb_hash), f"has no chunks {t.chunk_start}..{t.chunk_end}"
+            )
+        offs = lay.data_offsets
+        if offs[t.chunk_end] - offs[t.chunk_start] != t.unpacked_bytes:
+            raise IntegrityError("xorb", to_hex(t.xorb_hash), "term length disagrees with the xorb")
+        hashes = lay.chunk_hashes[t.chunk_start : t.chunk_end]
+        if info.verification is not None and verification_hash(hashes) != info.verification[i]:
+            raise IntegrityError(
+                "xorb", to_hex(t.xorb_hash), f"term {i} fails its verification hash"
+            )
+        entries.extend(
+            (h, offs[k + 1] - offs[k])
+            for k, h in zip(range(t.chunk_start, t.chunk_end), hashes, strict=True)
+        )
+    if file_hash(entries) != file_hash_:
+        raise IntegrityError("file", to_hex(file_hash_), "chunks do not hash to the file hash")
+
+
 class FileReader:
     """Random-access reads of one file from a :class:`ChunkSource`."""
 
@@ -296,26 +322,7 @@ class FileReader:
         ahead = getattr(self.source, "layouts_ahead", None)
         if ahead is not None and len(info.terms) > 1:
             ahead([t.xorb_hash for t in info.terms])  # a remote source: asked in parallel
-        entries: list[tuple[bytes, int]] = []
-        for i, t in enumerate(info.terms):
-            lay = self.source.layout(t.xorb_hash)
-            hx = to_hex(t.xorb_hash)
-            if not 0 <= t.chunk_start < t.chunk_end <= len(lay.chunk_hashes):
-                raise IntegrityError("xorb", hx, f"has no chunks {t.chunk_start}..{t.chunk_end}")
-            offs = lay.data_offsets
-            if offs[t.chunk_end] - offs[t.chunk_start] != t.unpacked_bytes:
-                raise IntegrityError("xorb", hx, "term length disagrees with the xorb")
-            hashes = lay.chunk_hashes[t.chunk_start : t.chunk_end]
-            if info.verification is not None and verification_hash(hashes) != info.verification[i]:
-                raise IntegrityError("xorb", hx, f"term {i} fails its verification hash")
-            entries.extend(
-                (h, offs[k + 1] - offs[k])
-                for k, h in zip(range(t.chunk_start, t.chunk_end), hashes, strict=True)
-            )
-        if file_hash(entries) != self.file_hash:
-            raise IntegrityError(
-                "file", to_hex(self.file_hash), "chunks do not hash to the file hash"
-            )
+        check_terms(self.source, self.file_hash, info)
 
     def _chunks(self, xorb: bytes, start: int, end: int) -> list[bytes]:
         """Chunks [start, end) of a xorb, from the cache where possible."""
@@ -694,22 +701,37 @@ class _Sha256PositionalOut(_Sha256Out):
 WHOLE_RUN_CHUNKS = 128
 
 
-def read_whole_files(readers: Sequence[FileReader]) -> list[bytes | None]:
-    """The whole bytes of many files (small ones, read together), one per reader.
+def read_whole_files(source: ChunkSource, files: Sequence[tuple[bytes, int]]) -> list[bytes | None]:
+    """The whole bytes of many files (small ones, read together), given as (file hash,
+    size), one result per file.
 
-    Files stored as one term each whose chunks sit next to each other in a xorb (files
-    added together) are read with one ``read_chunks`` per run of at most
-    :data:`WHOLE_RUN_CHUNKS` chunks: one read, one decode, one hash per chunk, instead of
-    a read per file. The bytes are as verified as :meth:`FileReader.read`'s (each reader
-    checked its structure, the source checks every chunk against its hash). ``None`` for
-    a file not read this way (several terms, or a run that failed): its own read tells why.
+    Their reconstructions are asked for in one call (``describe``, where the source has
+    it). Each file stored as one term is checked here as a :class:`FileReader` checks it
+    (:func:`check_terms`: its reconstruction, its xorb's layout, its verification and file
+    hashes), in one pass, with no reader built per file. Files whose chunks sit next to
+    each other in a xorb (files added together) are then read with one ``read_chunks`` per
+    run of at most :data:`WHOLE_RUN_CHUNKS` chunks: one read, one decode, one hash per
+    chunk (the source checks every chunk against its hash), instead of a read per file.
+    ``None`` for a file not read this way (several terms, a failed check or read): its own
+    read tells why.
     """
-    out: list[bytes | None] = [None] * len(readers)
-    one_term = [
-        (r.info.terms[0], i)
-        for i, r in enumerate(readers)
-        if r.info is not None and len(r.info.terms) == 1
-    ]
+    out: list[bytes | None] = [None] * len(files)
+    describe = getattr(source, "describe", None)  # a source that describes many at once
+    if describe is not None and len(files) > 1:
+        try:
+            describe([h for h, _ in files])
+        except GitxetError:
+            pass  # only a hint: file_info reports what fails
+    one_term: list[tuple[FileTerm, int]] = []
+    for i, (h, size) in enumerate(files):
+        try:
+            info = source.file_info(h)
+            if info is None or len(info.terms) != 1 or info.terms[0].unpacked_bytes != size:
+                continue
+            check_terms(source, h, info)
+        except GitxetError:
+            continue
+        one_term.append((info.terms[0], i))
     one_term.sort(key=lambda ti: (ti[0].xorb_hash, ti[0].chunk_start))
     k = 0
     while k < len(one_term):
@@ -722,7 +744,6 @@ def read_whole_files(readers: Sequence[FileReader]) -> list[bytes | None]:
                 break
             c1 = max(c1, t.chunk_end)
             j += 1
-        source = readers[one_term[k][1]].source
         try:
             chunks = source.read_chunks(xorb, c0, c1)
         except GitxetError:
@@ -731,7 +752,7 @@ def read_whole_files(readers: Sequence[FileReader]) -> list[bytes | None]:
             for t, i in one_term[k:j]:
                 got = chunks[t.chunk_start - c0 : t.chunk_end - c0]
                 data = got[0] if len(got) == 1 else b"".join(got)
-                if len(data) == readers[i].size:
+                if len(data) == files[i][1]:
                     out[i] = data
         k = j
     return out

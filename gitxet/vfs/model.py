@@ -1105,23 +1105,20 @@ class CommitFS:
             here = up
 
     def _read_ahead(self, nodes: list[_Node]) -> list[bytes | None]:
-        """The whole verified bytes of small pointer files, read together
-        (:func:`read_whole_files`); None for any other file, or one that failed (its own
-        read reports it)."""
-        jobs: list[tuple[int, FileReader]] = []
+        """The whole verified bytes of small pointer files, read and checked together
+        (:func:`read_whole_files`: no reader made per file); None for any other file, or
+        one that failed (its own read reports it)."""
+        jobs: list[int] = []
+        wants: list[tuple[bytes, int]] = []
         for k, n in enumerate(nodes):
             with self._lock:
                 info = self._infos.get(n.sha)
             if info is None or info.pointer is None or not 0 < info.size <= AHEAD_FILE_MAX:
                 continue
-            try:
-                reader = self._reader(info.pointer)
-            except Exception:
-                continue  # (WouldBlockError; anything else its read reports)
-            if reader.size == info.pointer.size:
-                jobs.append((k, reader))
+            jobs.append(k)
+            wants.append((from_hex(info.pointer.xet_hash), info.pointer.size))
         out: list[bytes | None] = [None] * len(nodes)
-        for (k, _), data in zip(jobs, read_whole_files([r for _, r in jobs]), strict=True):
+        for k, data in zip(jobs, read_whole_files(self._source, wants), strict=True):
             out[k] = data
         return out
 

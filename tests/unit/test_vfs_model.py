@@ -23,7 +23,7 @@ from gitxet.data.clean import Ingestor
 from gitxet.errors import GitError, GitObjectNotFoundError
 from gitxet.formats.pointer import VERSION_LINE, Pointer
 from gitxet.git.objects import TreeRecord, loose_size, packed_size, parse_tree
-from gitxet.hashing import to_hex
+from gitxet.hashing import from_hex, to_hex
 from gitxet.store.cas import LocalCAS
 from gitxet.util.lru import Lease
 from gitxet.vfs import model
@@ -814,6 +814,18 @@ def test_first_read_from_a_server_describes_its_neighbours_at_once(tmp_path: Pat
         cas.close()
 
 
+def _fresh(asked: list[set[bytes]]) -> list[int]:
+    """Sizes of the describe calls that asked for a file not asked for before (a batched
+    first read asks again for its batch's files, which a source knows at no cost)."""
+    seen: set[bytes] = set()
+    out: list[int] = []
+    for a in asked:
+        if not a <= seen:
+            out.append(len(a))
+        seen |= a
+    return out
+
+
 def test_first_event_loop_read_from_a_local_store_describes_its_listed_neighbours(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -834,17 +846,17 @@ def test_first_event_loop_read_from_a_local_store_describes_its_listed_neighbour
             listed_at = fs._busy_at
             fs.try_read(first.ino, 0, 1000)
             assert fs._busy_at > listed_at  # a first read: the background statfs waits too
-            assert [len(a) for a in asked] == [3]  # x2 only: x3... are not listed yet
+            assert _fresh(asked) == [3]  # x2 only: x3... are not listed yet
             fs.try_read(fs.resolve_path(b"imgs/x2/f0.bin").ino, 0, 1000)
-            assert len(asked) == 1
+            assert _fresh(asked) == [3]
             fs.readdir(fs.resolve_path(b"imgs/x3").ino)
             fs.readdir(fs.resolve_path(b"imgs/x4").ino)  # listed: described with x3
             third = fs.resolve_path(b"imgs/x3/f0.bin")
             fs.try_read(third.ino, 0, 1000)
-            assert [len(a) for a in asked] == [3, 6]
+            assert _fresh(asked) == [3, 6]
             for name in ("imgs/x2/f1.bin", "imgs/x3/f0.bin", "imgs/x4/f2.bin"):
                 assert fs.read(fs.resolve_path(name.encode()).ino, 0, 1000) == files[name]
-            assert len(asked) == 2
+            assert _fresh(asked) == [3, 6]
     finally:
         cas.close()
 
@@ -861,6 +873,16 @@ class _CountingReads(_Describing):
         return super().read_chunks(xorb_hash, start, end)
 
 
+def _list_x2_x3_and_load_the_layout(fs: CommitFS, files: dict[str, bytes]) -> dict[str, int]:
+    """List imgs, imgs/x2 and imgs/x3 of :func:`_six_image_dirs`, load the xorb's layout
+    with a blocking read (the event loop never reads a footer): each file's inode."""
+    for d in (b"imgs", b"imgs/x2", b"imgs/x3"):
+        fs.readdir(fs.resolve_path(d).ino)
+    ino = {n: fs.resolve_path(n.encode()).ino for n in files}
+    assert fs.read(ino["imgs/x0/f0.bin"], 0, 1000) == files["imgs/x0/f0.bin"]
+    return ino
+
+
 def test_first_read_of_a_small_file_reads_the_next_listed_ones_with_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -873,11 +895,7 @@ def test_first_read_of_a_small_file_reads_the_next_listed_ones_with_it(
     store = _CountingReads(cas)
     try:
         with CommitFS(str(repo), head, store) as fs:
-            for d in (b"imgs", b"imgs/x2", b"imgs/x3"):
-                fs.readdir(fs.resolve_path(d).ino)
-            ino = {n: fs.resolve_path(n.encode()).ino for n in files}
-            # a blocking read loads the xorb's layout (the event loop never reads a footer)
-            assert fs.read(ino["imgs/x0/f0.bin"], 0, 1000) == files["imgs/x0/f0.bin"]
+            ino = _list_x2_x3_and_load_the_layout(fs, files)
             store.reads.clear()
             assert fs.try_read(ino["imgs/x2/f1.bin"], 0, 1000) == files["imgs/x2/f1.bin"]
             # x2/f1, x2/f2 and x3's three files: one run of five adjacent chunks
@@ -886,12 +904,53 @@ def test_first_read_of_a_small_file_reads_the_next_listed_ones_with_it(
                 assert fs.try_read(ino[name], 0, 1000) == files[name]
             assert fs.try_read(ino["imgs/x3/f1.bin"], 0, 150) == files["imgs/x3/f1.bin"][:150]
             assert len(store.reads) == 1
-            # handed out once: a later first read reads it again, as do files past x3
+            # handed out once: a later first read reads it again (with the files after it
+            # in listed directories: x3's), as do files past x3
             assert fs.try_read(ino["imgs/x3/f0.bin"], 0, 1000) == files["imgs/x3/f0.bin"]
             assert len(store.reads) == 2
+            assert ino["imgs/x3/f1.bin"] in fs._ready
             assert fs.try_read(ino["imgs/x4/f0.bin"], 0, 1000) == files["imgs/x4/f0.bin"]
             assert len(store.reads) == 3
-            assert not fs._ready  # (nothing left: x4 was the last listed directory)
+            assert ino["imgs/x4/f1.bin"] not in fs._ready  # (x4 is not listed)
+    finally:
+        cas.close()
+
+
+class _Misdescribing(_CountingReads):
+    """A local store whose shard describes one file with another file's reconstruction."""
+
+    def __init__(self, cas: LocalCAS, lie: bytes, truth: bytes) -> None:
+        super().__init__(cas)
+        self.lie, self.truth = lie, truth
+
+    def file_info(self, file_hash: bytes):  # type: ignore[no-untyped-def]
+        return super().file_info(self.truth if file_hash == self.lie else file_hash)
+
+
+def test_a_batched_first_read_checks_each_file_of_the_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files read with an earlier one's batch are checked there as their own reader
+    checks them (reconstruction against the file hash): a file whose shard entry describes
+    another file's chunks (of the same size) is never served from the batch, nor later."""
+    monkeypatch.setattr(model._Prefetcher, "offer", lambda self, nodes: None)
+    repo, head, cas, files = _six_image_dirs(tmp_path)
+
+    def hash_of(name: str) -> bytes:
+        return from_hex(Pointer.decode(git(repo, "show", f"HEAD:{name}").encode()).xet_hash)
+
+    store = _Misdescribing(cas, lie=hash_of("imgs/x3/f0.bin"), truth=hash_of("imgs/x2/f0.bin"))
+    try:
+        with CommitFS(str(repo), head, store) as fs:
+            ino = _list_x2_x3_and_load_the_layout(fs, files)
+            assert fs.try_read(ino["imgs/x2/f1.bin"], 0, 1000) == files["imgs/x2/f1.bin"]
+            assert ino["imgs/x3/f1.bin"] in fs._ready  # the batch reached x3
+            assert ino["imgs/x3/f0.bin"] not in fs._ready
+            assert fs.try_read(ino["imgs/x3/f0.bin"], 0, 1000) is None
+            with pytest.raises(OSError) as err:
+                fs.read(ino["imgs/x3/f0.bin"], 0, 1000)
+            assert err.value.errno == errno.EIO
+            assert fs.try_read(ino["imgs/x3/f1.bin"], 0, 1000) == files["imgs/x3/f1.bin"]
     finally:
         cas.close()
 
