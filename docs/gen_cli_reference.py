@@ -229,6 +229,8 @@ def configuration() -> list[str]:
         "else the only remote |",
         "| `xet.recentRefsDays` | branches committed to in this many days are recent: `prune` "
         "keeps their files, `fetch --recent` fetches them | `7` |",
+        "| `xet.cloneUnfinished` | set by `git xet clone` until its last file is written: the "
+        "clone run again, or `git xet checkout`, finishes a clone stopped half-way | unset |",
         "| `filter.xet.*` | git's filter configuration, written by `git xet install`/`init` | - |",
         "",
         "Sizes are a whole number with an optional binary unit: `1048576`, `256k`, `20g`,",

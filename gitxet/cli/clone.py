@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import base64
 import os
+import sys
 import threading
 from typing import Any
 
 from gitxet.cli import hot
+from gitxet.util.shown import shown
 
 
 def _same_url(a: str, b: str) -> bool:
@@ -174,6 +176,10 @@ def run(
     from gitxet.settings import Settings
 
     settings = Settings.load()
+    target = directory or clone_dir_name(src)
+    if not lazy and unfinished(target, src):
+        print(f"git-xet: finishing the interrupted clone in {shown(target)}", file=sys.stderr)
+        return finish(target, settings, None, resuming=True)
     http = src.startswith(("http://", "https://"))
     prepared = _Prepared(src, settings) if http and not lazy else None
     try:
@@ -206,8 +212,9 @@ def _clone(
     if lazy:
         args += ["--config", "xet.lazy=true"]
     else:
-        # fetch every file's data in one parallel batch, then check out from the local store
-        args.append("--no-checkout")
+        # fetch every file's data in one parallel batch, then check out from the local store;
+        # until that is done the clone is marked unfinished (a killed one is resumed)
+        args += ["--no-checkout", "--config", f"{UNFINISHED}=true"]
     if branch:
         args += ["--branch", branch]
     args += ["--", src]
@@ -222,20 +229,71 @@ def _clone(
     hooks.install_hooks(target, names=("pre-push",), program=program, on_conflict="chain")
     if lazy:
         return 0
-    from gitxet.errors import GitError
+    return finish(target, settings, prepared, resuming=False)
+
+
+UNFINISHED = "xet.cloneUnfinished"
+"""git config key of a clone whose files are not all written yet (``git xet clone``, not
+``--lazy``): running the clone again, or ``git xet checkout``, finishes it."""
+
+
+def unfinished(target: str, src: str | None = None) -> bool:
+    """Whether ``target`` is a clone (of ``src``, if given) ``git xet clone`` left unfinished."""
+    from gitxet.errors import GitxetError
     from gitxet.git import process
 
+    if not os.path.isdir(os.path.join(target, ".git")):
+        return False
+    try:
+        if process.config_get(target, UNFINISHED) != "true":
+            return False
+        url = process.config_get(target, "remote.origin.url")
+    except GitxetError:
+        return False
+    if src is None:
+        return True
+    if url is None:
+        return False
+    if looks_remote(src):
+        return _same_url(url, src)
+    return os.path.realpath(url) == os.path.realpath(src)  # git keeps a path absolute
+
+
+def finish(target: str, settings: Any, prepared: _Prepared | None, *, resuming: bool) -> int:
+    """Check out a clone made with ``--no-checkout``: write every file of HEAD, the pointer
+    files' content straight from the store; a clone killed while doing so is finished by
+    calling this again (``resuming``: the files already written are kept). Returns the
+    exit status.
+
+    Raises:
+        ConfigError: resuming a clone that has no commit (git was killed before it had
+            fetched one).
+    """
+    from gitxet.errors import ConfigError, GitError
+    from gitxet.git import hooks, process
+
+    if resuming:  # the clone may have been killed before they were installed
+        hooks.install_hooks(target, names=("pre-push",), program=hot.program(), on_conflict="chain")
     try:
         process.rev_parse(target, "HEAD")
     except GitError:
+        if resuming:
+            raise ConfigError(
+                f"{shown(target)} is a clone that was stopped before git had fetched it: "
+                "remove it and clone again"
+            ) from None
+        process.config_unset(target, UNFINISHED)
         return 0  # an empty repository: nothing to check out
     # git writes neither the pointer files' text nor their content: its index is read from
     # HEAD, git writes every other entry, and each pointer file's content is created in
     # place (in parallel, straight from the local store, verified) with its index stat
     # (docs/architecture.md, "Clone")
-    code = hot.run_git(["read-tree", "HEAD"], target)
-    if code:
-        return code
+    # a clone killed after git read the index has already written some files
+    resumed = os.path.exists(os.path.join(process.git_dir(target), "index"))
+    if not resumed:
+        code = hot.run_git(["read-tree", "HEAD"], target)
+        if code:
+            return code
     access: Any = None
     if prepared is not None:
         prepared.join()
@@ -251,7 +309,7 @@ def _clone(
         return found if found is not None else base(url)
 
     repo = hot.open_repo(target, remote_factory=factory)
-    files = repo.checkout_without_pointers()
+    files = repo.checkout_without_pointers(only_missing=resumed)
     total = sum(f.pointer.size for f in files)
     from gitxet.cli._progress import byte_progress
     from gitxet.errors import GitxetError, LocalChangesError, MaterializeError
@@ -263,11 +321,12 @@ def _clone(
         pass  # materialize below names each file whose data cannot be had
     try:
         with byte_progress("checking out", total or None) as advance:
-            repo.materialize(files, progress=advance, absent=True)
+            repo.materialize(files, progress=advance, absent=not resumed)
     except MaterializeError as exc:  # those files stay pointers, as git would write them
         kept = [p for p, why in exc.failures if not isinstance(why, LocalChangesError)]
         repo.checkout_pointer_text(kept)
         raise
+    process.config_unset(target, UNFINISHED)
     return 0
 
 

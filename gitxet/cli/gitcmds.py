@@ -452,7 +452,12 @@ def clone_cmd(
         ),
     ] = None,
 ) -> None:
-    """Clone a repository and materialize its large files (or leave pointers with --lazy)."""
+    """Clone a repository and materialize its large files (or leave pointers with --lazy).
+
+    A clone stopped before its last file was written (killed, out of space) is finished by
+    the same command run again (or 'git xet checkout' in it); until then 'git status'
+    lists the files not written yet as deleted.
+    """
     from gitxet.cli.clone import run
 
     code = run(src, directory, lazy=lazy, branch=branch, cas_url=cas_url)
@@ -514,11 +519,22 @@ def checkout_cmd(
     its data) is never written over: it is named, and kept. In a plain 'git clone' made
     without 'git xet install', it also
     configures git's xet filter in the repository (else git would call the files modified).
-    After a killed clone or checkout, run it again: it writes the files still pointers and
-    tells git's index about those already written (until then 'git status' lists them as
-    modified, with no diff).
+    After a killed 'git xet clone', run it (or the clone) again in the clone: it writes the
+    files not written yet (until then 'git status' lists them as deleted). After a killed
+    checkout, run it again: it writes the files still pointers and tells git's index about
+    those already written (until then 'git status' lists them as modified, with no diff).
     """
+    from gitxet.cli import clone
+
     repo = _open_repo()
+    if not paths and repo.worktree is not None and clone.unfinished(str(repo.worktree)):
+        from gitxet.settings import Settings
+
+        _say(f"git-xet: finishing the interrupted clone in {shown(str(repo.worktree))}")
+        code = clone.finish(str(repo.worktree), Settings.load(), None, resuming=True)
+        if code:
+            raise typer.Exit(code)
+        return
     files = _select(repo, paths)  # materialize() skips (and settles) the materialized ones
     total = sum(f.pointer.size for f in files if not f.materialized)
     with byte_progress("materializing", total) as advance:

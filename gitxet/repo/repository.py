@@ -260,21 +260,24 @@ class XetRepo:
 
     # ---- checkout ------------------------------------------------------------------------
 
-    def checkout_without_pointers(self) -> list[PointerFile]:
+    def checkout_without_pointers(self, only_missing: bool = False) -> list[PointerFile]:
         """For a work tree with nothing checked out yet, whose index git has just read from
         the commit (a clone made with ``--no-checkout``, then ``git read-tree HEAD``): git
         writes every entry that is not a pointer file (plain files, symlinks,
         ``.gitattributes``...), and the pointer files are returned, not written. Their
         content is then created in place (:meth:`materialize` with ``absent``): git never
         writes their pointer text first, only to have it replaced; those that cannot be
-        written get it after all (:meth:`checkout_pointer_text`)."""
+        written get it after all (:meth:`checkout_pointer_text`). With ``only_missing``
+        (such a checkout killed half-way, run again) git writes only the entries not in
+        the work tree yet."""
         files = pointer_files(self.cwd, None, None)  # from the index; the work tree is empty
         for f in files:
             self.content.names.setdefault(f.pointer.xet_hash, f.path)
         left_out = {f.path for f in files}
-        process.checkout_index(
-            self.cwd, [p for p in process.index_paths(self.cwd) if p not in left_out]
-        )
+        paths = [p for p in process.index_paths(self.cwd) if p not in left_out]
+        if only_missing:
+            paths = [p for p in paths if not os.path.lexists(os.path.join(self.cwd, p))]
+        process.checkout_index(self.cwd, paths)
         return files
 
     def checkout_pointer_text(self, paths: Sequence[str]) -> None:

@@ -253,6 +253,85 @@ def test_killed_checkout_leaves_no_half_written_file(tmp_path: Path) -> None:
     assert git("diff-files", "--name-only", cwd=clone).strip() == ""
 
 
+def test_a_killed_clone_is_finished_by_running_it_again(tmp_path: Path) -> None:
+    """A 'git xet clone' killed after git's clone left a work tree with files missing
+    ('git status' listed every one as deleted, and 'git xet checkout' wrote nothing when
+    no index had been read yet): the clone run again, or 'git xet checkout', finishes it."""
+    remote, work = init_repo(tmp_path)
+    rnd = random.Random(5)
+    (work / "sub").mkdir()
+    for i in range(4):
+        (work / "sub" / f"p{i}.bin").write_bytes(rnd.randbytes(300_000))
+    (work / "small.txt").write_text("small\n")
+    xet("add", ".", cwd=work)
+    git("commit", "-q", "-m", "data", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    expected = git("ls-files", "-s", cwd=work)
+
+    def finished(clone: Path) -> None:
+        assert git("status", "--porcelain", cwd=clone) == ""
+        assert git("ls-files", "-s", cwd=clone) == expected
+        for i in range(4):
+            name = f"sub/p{i}.bin"
+            assert (clone / name).read_bytes() == (work / name).read_bytes()
+        assert (clone / "small.txt").read_text() == "small\n"
+        assert run("git", "config", "xet.cloneUnfinished", cwd=clone, check=False).stdout == ""
+        assert (clone / ".git" / "hooks" / "pre-push").exists()
+        assert xet("fsck", cwd=clone).returncode == 0
+
+    def unfinished_clone(clone: Path) -> None:
+        """What git's clone leaves for gitxet to check out (the filter configured)."""
+        git("clone", "-q", "--no-checkout", "-c", "xet.cloneUnfinished=true", str(remote),
+            str(clone), cwd=tmp_path)  # fmt: skip
+        xet("install", "--local", cwd=clone)
+
+    # killed before the index was read (while the data was fetched): every file missing
+    a = tmp_path / "a"
+    unfinished_clone(a)
+    r = xet("clone", str(remote), "a", cwd=tmp_path)
+    assert "finishing the interrupted clone in a" in r.stderr
+    finished(a)
+    # a finished clone is not cloned into again: git's own refusal
+    r = xet("clone", str(remote), "a", cwd=tmp_path, check=False)
+    assert r.returncode != 0 and "already exists" in r.stderr
+    # killed half-way through writing the files (the index read, some written): checkout
+    b = tmp_path / "b"
+    unfinished_clone(b)
+    git("read-tree", "HEAD", cwd=b)
+    (b / "sub").mkdir()
+    (b / "sub" / "p1.bin").write_bytes((work / "sub" / "p1.bin").read_bytes())
+    r = xet("checkout", cwd=b / "sub")
+    assert "finishing the interrupted clone" in r.stderr
+    finished(b)
+    # killed before git had fetched anything: a clear line, no traceback
+    c = tmp_path / "c"
+    git("init", "-q", str(c), cwd=tmp_path)
+    git("remote", "add", "origin", str(remote), cwd=c)
+    git("config", "xet.cloneUnfinished", "true", cwd=c)
+    r = xet("clone", str(remote), "c", cwd=tmp_path, check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "stopped before git had fetched it: remove it and clone again" in r.stderr
+    # a real kill -9 wherever it lands, then the clone again
+    d = tmp_path / "d"
+    p = subprocess.Popen(
+        ["git-xet", "clone", str(remote), str(d)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    end = time.monotonic() + 60
+    while p.poll() is None and not (d / ".git" / "index").exists():
+        assert time.monotonic() < end, "the clone never read its index"
+        time.sleep(0.002)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    # (a clone that ended before the kill is refused as an existing directory)
+    xet("clone", str(remote), str(d), cwd=tmp_path, check=p.returncode != 0)
+    finished(d)
+
+
 def _gitxet_pids(cwd: Path, command: bytes) -> list[int]:
     """Pids of ``git-xet <command>`` processes working in ``cwd``."""
     pids = []
