@@ -47,6 +47,9 @@ SERVER_GIT_CONFIG = (
     ("safe.directory", "*"),
     ("receive.fsckObjects", "true"),
     ("transfer.fsckObjects", "true"),
+    # partial clones (``git clone --filter=blob:none``): the pointer blobs a later
+    # checkout needs are fetched then, through the same authenticated route
+    ("uploadpack.allowFilter", "true"),
 )
 #: Written into a repository's own config when the server creates it, so the same checks
 #: hold if it is ever pushed to by other means (ssh, a local path).

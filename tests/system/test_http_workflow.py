@@ -221,3 +221,54 @@ def test_hf_xet_upload_is_smudgeable_by_gitxet(srv: tuple[str, str, str], tmp_pa
     clone = tmp_path / "clone"
     run("git-xet", "clone", url, str(clone), cwd=tmp_path, env={"GITXET_TOKEN": write})
     assert (clone / "weights.bin").read_bytes() == data
+
+
+def test_partial_clone_fetches_pointer_blobs_when_checked_out(
+    srv: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """'git clone --filter=blob:none' from the server is a partial clone (the server's git
+    refused filters: git fell back to a full clone, 'filtering not recognized by server');
+    a later checkout of another branch fetches its blobs and smudges its pointer files."""
+    host, write, _read = srv
+    url = f"http://user:{write}@{host}/part.git"
+    tok = {"GITXET_TOKEN": write}
+    work = tmp_path / "work"
+    run("git", "init", "-q", str(work), cwd=tmp_path)
+    run("git-xet", "init", cwd=work)
+    rnd = random.Random(11)
+    (work / "a.bin").write_bytes(rnd.randbytes(400_000))
+    (work / "a.txt").write_text("on main\n")
+    run("git-xet", "add", ".", cwd=work)
+    run("git", "commit", "-qm", "main", cwd=work)
+    run("git", "switch", "-qc", "other", cwd=work)
+    b_data = rnd.randbytes(400_000)
+    (work / "b.bin").write_bytes(b_data)
+    (work / "b.txt").write_text("on other\n")
+    run("git-xet", "add", ".", cwd=work)
+    run("git", "commit", "-qm", "other", cwd=work)
+    run("git", "remote", "add", "origin", url, cwd=work)
+    run("git", "push", "-q", "origin", "main", "other", cwd=work, env=tok)
+    run("git", "switch", "-q", "main", cwd=work)
+
+    run("git-xet", "install", cwd=tmp_path)  # git's filter for a plain git clone
+    clone = tmp_path / "clone"
+    r = run("git", "clone", "--filter=blob:none", url, str(clone), cwd=tmp_path, env=tok)
+    assert "filtering not recognized" not in r.stderr, r.stderr
+    assert run("git", "config", "remote.origin.promisor", cwd=clone).stdout.strip() == "true"
+
+    def missing() -> set[str]:
+        out = run("git", "rev-list", "--objects", "--missing=print", "--all", cwd=clone).stdout
+        return {line[1:] for line in out.splitlines() if line.startswith("?")}
+
+    other_blobs = {
+        run("git", "rev-parse", f"other:{name}", cwd=work).stdout.strip()
+        for name in ("b.bin", "b.txt")
+    }
+    assert other_blobs <= missing()  # not fetched by the clone
+    assert (clone / "a.bin").read_bytes() == (work / "a.bin").read_bytes()
+    run("git", "switch", "-q", "other", cwd=clone, env=tok)
+    assert not other_blobs & missing()  # fetched by the checkout
+    assert (clone / "b.bin").read_bytes() == b_data
+    assert (clone / "b.txt").read_text() == "on other\n"
+    assert run("git", "status", "--porcelain", cwd=clone).stdout == ""
+    assert run("git-xet", "fsck", cwd=clone, env=tok).returncode == 0
