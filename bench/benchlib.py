@@ -107,6 +107,19 @@ def wait_port(
     sys.exit(f"{what} did not start: nothing listens on {port}")
 
 
+def byte_compile() -> None:
+    """Compile gitxet's modules, as installing a package does. A timed gitxet process
+    imports them at its start (every clone, filter, hook, mount), and a module whose
+    ``.pyc`` is stale (an edited checkout under ``PYTHONDONTWRITEBYTECODE=1``, set on the
+    shared VM) is compiled again in each one: ~18 ms of a ~115 ms pre-push hook, and 22
+    modules of a ``git xet clone`` after a rebase."""
+    import compileall
+
+    import gitxet
+
+    compileall.compile_dir(os.path.dirname(gitxet.__file__), quiet=1)
+
+
 def drop_caches(*, quiet: bool = False) -> None:
     """Write back and drop the page cache (root only; says so otherwise unless ``quiet``)."""
     subprocess.run(["sync"], check=False)

@@ -50,7 +50,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchlib import not_found, sealed_env, shared_file
+from benchlib import byte_compile, not_found, sealed_env, shared_file
 
 MAKER = "bench/make_dataset.py"  # under the shared directory (benchlib.shared_file)
 LFS_PATTERNS = ("*.bin", "*.csv", "*.npy")
@@ -152,18 +152,6 @@ def ensure_dataset(maker: Path, data: Path, versions: int, scale: float) -> None
          "--scale", str(scale)],
         check=True,
     )  # fmt: skip
-
-
-def byte_compile() -> None:
-    """Compile gitxet's modules, as installing a package does: git starts a new gitxet
-    process for every add (the filter) and push (the hook), and a module whose ``.pyc`` is
-    stale (an edited checkout under ``PYTHONDONTWRITEBYTECODE=1``, set on the shared VM)
-    would be compiled again in each of them (measured: ~18 ms of a ~115 ms pre-push hook)."""
-    import compileall
-
-    import gitxet
-
-    compileall.compile_dir(os.path.dirname(gitxet.__file__), quiet=1)
 
 
 def setup_gitxet(run: ToolRun, env: dict[str, str], profile: Path | None) -> None:
@@ -351,6 +339,7 @@ def main() -> int:
         if maker is None:
             sys.exit(not_found(MAKER, "--make-dataset PATH"))
         ensure_dataset(maker, data, a.versions, a.scale)
+        byte_compile()
         env = sealed_env(base / "home")
         sh(["git", "lfs", "install", "--skip-repo"], base, env)
         profile = a.profile.resolve() if a.profile else None

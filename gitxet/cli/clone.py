@@ -13,6 +13,7 @@ costs of an HTTP clone out of the way of the data.
 from __future__ import annotations
 
 import base64
+import gc
 import os
 import sys
 import threading
@@ -309,23 +310,29 @@ def finish(target: str, settings: Any, prepared: _Prepared | None, *, resuming: 
         return found if found is not None else base(url)
 
     repo = hot.open_repo(target, remote_factory=factory)
-    files = repo.checkout_without_pointers(only_missing=resumed)
-    total = sum(f.pointer.size for f in files)
-    from gitxet.cli._progress import byte_progress
-    from gitxet.errors import GitxetError, LocalChangesError, MaterializeError
+    # everything imported and built so far lives to the end: the cyclic GC need not walk it
+    # again at each collection the data phase's allocations trigger (~0.07 s of CPU per GiB)
+    gc.freeze()
+    try:
+        files = repo.checkout_without_pointers(only_missing=resumed)
+        total = sum(f.pointer.size for f in files)
+        from gitxet.cli._progress import byte_progress
+        from gitxet.errors import GitxetError, LocalChangesError, MaterializeError
 
-    try:
-        with byte_progress("fetching", total or None) as advance:
-            repo.ensure_local([f.pointer for f in files], progress=advance)
-    except GitxetError:
-        pass  # materialize below names each file whose data cannot be had
-    try:
-        with byte_progress("checking out", total or None) as advance:
-            repo.materialize(files, progress=advance, absent=not resumed)
-    except MaterializeError as exc:  # those files stay pointers, as git would write them
-        kept = [p for p, why in exc.failures if not isinstance(why, LocalChangesError)]
-        repo.checkout_pointer_text(kept)
-        raise
+        try:
+            with byte_progress("fetching", total or None) as advance:
+                repo.ensure_local([f.pointer for f in files], progress=advance)
+        except GitxetError:
+            pass  # materialize below names each file whose data cannot be had
+        try:
+            with byte_progress("checking out", total or None) as advance:
+                repo.materialize(files, progress=advance, absent=not resumed)
+        except MaterializeError as exc:  # those files stay pointers, as git would write them
+            kept = [p for p, why in exc.failures if not isinstance(why, LocalChangesError)]
+            repo.checkout_pointer_text(kept)
+            raise
+    finally:
+        gc.unfreeze()
     process.config_unset(target, UNFINISHED)
     return 0
 

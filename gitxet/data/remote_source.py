@@ -87,6 +87,9 @@ _MAX_XORB_ENTRIES = 16384
 FETCH_WORKERS = 8
 #: batches of file descriptions asked for at once (:meth:`RemoteChunkSource.describe`)
 DESCRIBE_WORKERS = 4
+#: xorb layouts asked for at once (:meth:`RemoteChunkSource.layouts_ahead`): the 16 of a
+#: 1 GiB file in one round trip (4 at a time took ~0.13 s of a clone's start on loopback)
+LAYOUT_WORKERS = 16
 #: a streamed piece at most 1/this of a unit is fetched with its whole aligned range, cached
 SMALL_PIECE_FRACTION = 4
 #: seconds after falling back to the origin before the cache tier is probed again
@@ -450,7 +453,7 @@ class RemoteChunkSource:
 
     def layouts_ahead(self, xorb_hashes: Sequence[bytes]) -> None:
         """Ask for the layouts of many xorbs at once (a file's, before its first byte is
-        served: every one is needed to check the file hash), :data:`DESCRIBE_WORKERS` at a
+        served: every one is needed to check the file hash), :data:`LAYOUT_WORKERS` at a
         time instead of one round trip after the other. Best effort: a layout that cannot
         be had is asked for again, and its error raised, by :meth:`layout`."""
         with self._lock:
@@ -464,7 +467,7 @@ class RemoteChunkSource:
 
         # (a pool of its own: the caller may be a fetch thread, waiting on the fetch pool)
         with ThreadPoolExecutor(
-            min(DESCRIBE_WORKERS, len(missing)), thread_name_prefix="gitxet-layouts"
+            min(LAYOUT_WORKERS, len(missing)), thread_name_prefix="gitxet-layouts"
         ) as pool:
             list(pool.map(one, missing))
 
