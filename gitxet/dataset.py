@@ -39,7 +39,11 @@ are asked before one has it, never what is served.
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
+import shutil
+import tempfile
 import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -58,6 +62,7 @@ from gitxet.errors import (
     GitObjectNotFoundError,
     GitxetError,
     NotFoundError,
+    StoreError,
     XorbNotFoundError,
 )
 from gitxet.formats.shard import FileInfo
@@ -78,6 +83,8 @@ from gitxet.store.cas import LocalCAS
 
 if TYPE_CHECKING:  # imported when a commit is opened: the filter never needs the model
     from gitxet.vfs.model import CommitFS
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[int], None]
 RemoteFactory = Callable[[str], CASRemote]
@@ -533,7 +540,7 @@ class HttpAccess:
             from gitxet.data.remote_source import http_remote_factory
 
             build = http_remote_factory(
-                settings.cache_dir,
+                settings.cache_dir if offline else usable_cache_root(settings.cache_dir),
                 settings.cache_bytes,
                 offline=offline,
                 token_lookup=settings.token_for,
@@ -681,6 +688,49 @@ def _git_auth_env(token: str | None) -> dict[str, str]:
     }
 
 
+_usable_roots: dict[str, str] = {}
+_usable_lock = threading.Lock()
+
+
+def usable_cache_root(root: str) -> str:
+    """``root`` when this process can write there, else a private temporary cache directory,
+    removed at exit (one warning per process and root): a cache directory on a read-only
+    filesystem, or one this user cannot write, must not stop reads from the server.
+
+    Raises:
+        StoreError: neither ``root`` nor a temporary directory can be written.
+    """
+    with _usable_lock:
+        usable = _usable_roots.get(root)
+        if usable is not None:
+            return usable
+        try:
+            os.makedirs(root, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".gitxet-probe-", dir=root)
+            os.close(fd)
+            os.unlink(probe)
+            usable = root
+        except OSError as e:
+            why = e.strerror or str(e)
+            try:
+                usable = tempfile.mkdtemp(prefix="gitxet-cache-")
+            except OSError as e2:
+                raise StoreError(
+                    f"the cache directory {root} cannot be written ({why}), nor a temporary "
+                    f"one ({e2.strerror or e2})"
+                ) from None
+            atexit.register(shutil.rmtree, usable, True)
+            log.warning(
+                "the cache directory %s cannot be written (%s): caching in %s for this "
+                "process only (removed when it exits)",
+                root,
+                why,
+                usable,
+            )
+        _usable_roots[root] = usable
+        return usable
+
+
 def mirror_git_metadata(url: str, access: HttpAccess) -> str:
     """A bare mirror of ``url``'s git objects in the cache (data stays on the server).
 
@@ -694,7 +744,8 @@ def mirror_git_metadata(url: str, access: HttpAccess) -> str:
     token = access.token_for(url)
     clean = strip_credentials(url)
     key = hashlib.sha256(clean.encode()).hexdigest()[:24]
-    path = os.path.join(access.cache_root, "repos", key + ".git")
+    root = access.cache_root if access.offline else usable_cache_root(access.cache_root)
+    path = os.path.join(root, "repos", key + ".git")
     if access.offline:
         if not os.path.isdir(path):
             raise NotFoundError(f"{clean}: not in the cache (offline)")
@@ -720,8 +771,6 @@ def mirror_git_metadata(url: str, access: HttpAccess) -> str:
         try:
             os.rename(tmp, path)
         except OSError:  # another process mirrored it meanwhile
-            import shutil
-
             shutil.rmtree(tmp, ignore_errors=True)
     return path
 
