@@ -37,6 +37,20 @@ def settings(
     )
 
 
+def check_environment() -> None:
+    """Every ``GITXET_*`` variable parsed now, before git runs a filter that reads them: a
+    malformed one is then one line from gitxet, not the filter's line followed by git's
+    'the remote end hung up unexpectedly'.
+
+    Raises:
+        ConfigError: a malformed size, duration, URL or boolean.
+    """
+    from gitxet.settings import lazy_default
+
+    Settings.load(use_keyring=False)
+    lazy_default()
+
+
 def http_access(
     cache_dir: str | None = None,
     cache_size: str | None = None,

@@ -174,9 +174,10 @@ def run(
 
         # this process and the filters git runs for the clone read through the tier
         os.environ[CAS_URL_ENV] = check_cas_url(cas_url)
-    from gitxet.settings import Settings
+    from gitxet.settings import Settings, lazy_default
 
     settings = Settings.load()
+    lazy_default()  # malformed: said before git clones, not once it is done
     target = directory or clone_dir_name(src)
     if not lazy and unfinished(target, src):
         print(f"git-xet: finishing the interrupted clone in {shown(target)}", file=sys.stderr)

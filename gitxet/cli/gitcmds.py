@@ -235,9 +235,13 @@ def add_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="A JSON summary on stdout.")] = False,
 ) -> None:
     """git add through the filter, then a one-line dedup summary."""
+    from gitxet.cli._env import check_environment
     from gitxet.git import process, xetconfig
+    from gitxet.repo.repository import lazy_config
 
+    check_environment()
     root = str(process.toplevel("."))
+    lazy_config(root)  # malformed: one line now, not the filter's and then git's
     if not process.config_get(root, "filter.xet.process"):
         raise typer.BadParameter("the xet filter is not configured here: run 'git xet init' first")
     gone = [p for p in paths if not os.path.lexists(p) and not any(c in p for c in "*?[")]

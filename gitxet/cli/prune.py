@@ -27,12 +27,15 @@ def _recent_days(repo, option: float | None) -> float:  # type: ignore[no-untype
     text = process.config_get(repo.cwd, RECENT_DAYS_KEY)
     if text is None:
         return DEFAULT_RECENT_DAYS
-    try:
-        return float(text)
-    except ValueError:
-        from gitxet.errors import ConfigError
+    from gitxet.errors import ConfigError
 
+    try:
+        days = float(text)
+    except ValueError:
         raise ConfigError(f"{RECENT_DAYS_KEY}: not a number of days: {text!r}") from None
+    if not days >= 0:  # negative (nothing recent: prune would keep no branch) or nan
+        raise ConfigError(f"{RECENT_DAYS_KEY}: not a number of days (0 or more): {text!r}")
+    return days
 
 
 def _mounted_commits() -> list[str]:

@@ -47,6 +47,17 @@ if TYPE_CHECKING:
     from gitxet.repo.materialize import MaterializedRecords, Materializer
 
 
+def lazy_config(cwd: str) -> bool:
+    """git config ``xet.lazy`` of the repository at ``cwd`` (unset: false).
+
+    Raises:
+        ConfigError: not a boolean.
+    """
+    from gitxet.settings import parse_bool
+
+    return parse_bool(process.config_get(cwd, "xet.lazy") or "", "xet.lazy")
+
+
 class XetRepo:
     """A git repository using gitxet; also the filter handler for git."""
 
@@ -81,11 +92,10 @@ class XetRepo:
     def filter(self) -> FilterHandler:
         """git's clean and smudge for this repository."""
         from gitxet.repo.filter import FilterHandler
-        from gitxet.settings import parse_bool
 
         lazy = self._lazy
         if lazy is None:
-            lazy = parse_bool(process.config_get(self.cwd, "xet.lazy") or "", "xet.lazy")
+            lazy = lazy_config(self.cwd)
         return FilterHandler(
             self.cwd,
             self.worktree,

@@ -33,6 +33,12 @@ class Case:
     cwd: str  # a key of the scenario's directories
     code: int
     says: str = ""  # a fragment the first line must hold
+    env: tuple[tuple[str, str], ...] = ()  # added to the environment
+
+
+def _git_config(key: str, value: str) -> tuple[tuple[str, str], ...]:
+    """A git config key for one command, through git's environment (as ``git -c``)."""
+    return (("GIT_CONFIG_COUNT", "1"), ("GIT_CONFIG_KEY_0", key), ("GIT_CONFIG_VALUE_0", value))
 
 
 def _closed_port() -> int:
@@ -263,6 +269,48 @@ CASES = [
         USAGE,
         "NAME.git",
     ),
+    # a malformed setting is said by gitxet before git runs the filter (which said it and
+    # then git: 'fatal: the remote end hung up unexpectedly'), or clones
+    Case(
+        "add with a cache size that is not a size",
+        ("add", "big.bin"),
+        "work",
+        ERROR,
+        "not a size: 'abc'",
+        (("GITXET_CACHE_SIZE", "abc"),),
+    ),
+    Case(
+        "add with GITXET_LAZY not a boolean",
+        ("add", "big.bin"),
+        "work",
+        ERROR,
+        "GITXET_LAZY",
+        (("GITXET_LAZY", "maybe"),),
+    ),
+    Case(
+        "add with xet.lazy not a boolean",
+        ("add", "big.bin"),
+        "work",
+        ERROR,
+        "xet.lazy: 'maybe' is not a boolean",
+        _git_config("xet.lazy", "maybe"),
+    ),
+    Case(
+        "clone with GITXET_LAZY not a boolean",
+        ("clone", "{work}", "{tmp}/lazyclone"),
+        "tmp",
+        ERROR,
+        "GITXET_LAZY",
+        (("GITXET_LAZY", "maybe"),),
+    ),
+    Case(
+        "prune with a negative xet.recentRefsDays",
+        ("prune", "--dry-run"),
+        "work",
+        ERROR,
+        "xet.recentRefsDays: not a number of days (0 or more): '-5'",
+        _git_config("xet.recentRefsDays", "-5"),
+    ),
 ]
 
 
@@ -281,6 +329,7 @@ def _check(case: Case, scene: dict[str, str]) -> str | None:
         text=True,
         input=stdin,
         timeout=120,
+        env={**os.environ, **dict(case.env)},
     )
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     out = r.stderr + r.stdout
@@ -306,6 +355,7 @@ def _check(case: Case, scene: dict[str, str]) -> str | None:
 def test_every_mistake_says_one_line_and_its_code(scene: dict[str, str]) -> None:
     failures = [f for f in (_check(c, scene) for c in CASES) if f]
     assert not failures, "\n".join(failures)
+    assert not os.path.exists(os.path.join(scene["tmp"], "lazyclone"))  # refused before git
 
 
 #: Commands that run git for the user: git prints its own message (docs/cli.md "Exit
