@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO, NoReturn
 
@@ -53,6 +54,11 @@ class Content:
         self._lock = threading.Lock()
         self._expected: dict[bytes, None] = {}  # files about to be written (ordered set)
         self._asking: dict[bytes, threading.Event] = {}  # files whose description is coming
+        # a checkout's pointers, listed when a first file must be described by a server
+        self._listed: set[str] = set()
+        self._to_list: Callable[[], Iterable[Pointer]] | None = None
+        self._listing = threading.Lock()
+        self._upcoming: deque[bytes] = deque()  # files of the listed checkout, in its order
 
     def expect(self, ptr: Pointer) -> None:
         """A pointer that is about to be written (a smudge git delayed): when one of these
@@ -68,6 +74,32 @@ class Content:
             while len(self._expected) > _MAX_EXPECTED:
                 del self._expected[next(iter(self._expected))]
 
+    def expect_checkout(self, commit: str, pointers: Callable[[], Iterable[Pointer]]) -> None:
+        """A checkout of ``commit`` is writing pointers (git smudges them one by one, and
+        delays at most a few): when a first one must be described by a CAS server,
+        ``pointers()`` lists the commit's, and their descriptions are asked for in batches
+        ahead of the writes (one request per 1,000 files, not one per file)."""
+        with self._lock:
+            if commit in self._listed:
+                return
+            self._listed.add(commit)
+            self._to_list = pointers
+
+    def _list_checkout(self) -> None:
+        """The pointers :meth:`expect_checkout` was told of, listed once (the other writers
+        wait for the list). Only a hint: a listing that fails lists nothing."""
+        with self._listing:
+            with self._lock:
+                to_list, self._to_list = self._to_list, None
+            if to_list is None:
+                return
+            try:
+                hashes = [from_hex(p.xet_hash) for p in to_list() if p.size]
+            except GitxetError:
+                return
+            with self._lock:
+                self._upcoming.extend(dict.fromkeys(hashes))
+
     def _describe_with_expected(
         self, fhash: bytes, remote: str | None, ref: str | None, commit: str | None
     ) -> None:
@@ -81,6 +113,13 @@ class Content:
                 batch = [h for h in batch[:MAX_FILE_SHARDS_BATCH] if h not in self._asking]
                 for h in batch:
                     self._expected.pop(h, None)
+                upcoming = self._upcoming
+                taken = set(batch)
+                while upcoming and len(batch) < MAX_FILE_SHARDS_BATCH:
+                    h = upcoming.popleft()
+                    if h not in taken and h not in self._asking:
+                        batch.append(h)
+                        taken.add(h)
                 done = threading.Event()
                 self._asking.update(dict.fromkeys(batch, done))
         if coming is not None:
@@ -171,7 +210,9 @@ class Content:
             # added here against a server's data (dedup): the rest of its bytes are there
             source = self.with_servers(self.remotes.search_order(remote, ref=ref, commit=commit))
         elif info is None:
-            if self._expected or self._asking:  # delayed smudges: descriptions in batches
+            if self._to_list is not None:
+                self._list_checkout()
+            if self._expected or self._asking or self._upcoming:  # descriptions in batches
                 self._describe_with_expected(fhash, remote, ref, commit)
             search = Search([("this repository's store", "does not have it")], [])
             order = self.remotes.search_order(remote, ref=ref, commit=commit)

@@ -31,7 +31,7 @@ from gitxet.git.xetconfig import THRESHOLD_KEY, Setting, is_never_pointer, read_
 from gitxet.hashing import from_hex, to_hex
 from gitxet.repo.content import Content
 from gitxet.repo.materialize import MaterializedRecords
-from gitxet.repo.pointers import try_pointer
+from gitxet.repo.pointers import pointer_files, try_pointer
 from gitxet.settings import parse_size
 from gitxet.util.streams import Chained, read_up_to
 
@@ -261,7 +261,14 @@ class FilterHandler:
         if self.lazy:
             dst.write(head)
             return
+        if meta.treeish and self.can_delay(pathname):
+            # a checkout from a server (a clone): more files than git delays are coming
+            self.content.expect_checkout(meta.treeish, partial(self._pointers_of, meta.treeish))
         self.content.write(ptr, dst, ref=meta.ref, commit=meta.treeish, path=pathname)
+
+    def _pointers_of(self, treeish: str) -> list[Pointer]:
+        """The pointers of a commit's tree, in git's order (what its checkout writes)."""
+        return [f.pointer for f in pointer_files(self.cwd, None, treeish)]
 
     def delayed(self, pathname: str, head: bytes, meta: SmudgeMeta = NO_META) -> None:
         """A smudge git agreed to delay: its pointer's description is asked for with those

@@ -306,6 +306,51 @@ def test_clone_of_many_small_files_asks_for_descriptions_in_batches(
         assert len([x for x in lines if x.startswith("GET /xorb-data/")]) <= 2, lines
 
 
+def test_plain_git_clone_of_many_pointers_asks_for_descriptions_in_batches(
+    srv: tuple[str, str], tmp_path: Path
+) -> None:
+    """A plain `git clone` (the filter installed by `git xet install`) of more pointer files
+    than git keeps delayed smudges of (128; the rest are smudged inline): the descriptions of
+    the commit's files come in batches, not one GET per file. 100,000 files of 1-8 KiB took
+    202 s, 100,586 requests, before."""
+    base, _ = srv
+    url = f"{base}/plain.git"
+    xet("install", cwd=tmp_path)
+    work = new_work(tmp_path, origin=url)
+    xet("track", "*.bin", cwd=work)
+    rnd = random.Random(23)
+    files = {
+        f"d{i % 5}/f{i:04d}.bin": rnd.randbytes(rnd.randrange(1_000, 3_000)) for i in range(600)
+    }
+    for name, data in files.items():
+        (work / name).parent.mkdir(exist_ok=True)
+        (work / name).write_bytes(data)
+    git("add", "-A", cwd=work)
+    git("commit", "-qm", "small files", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+
+    log = logging.getLogger("gitxet.server.access")
+    seen = _Requests()
+    level = log.level
+    log.addHandler(seen)
+    log.setLevel(logging.INFO)
+    try:
+        seen.take(base)
+        clone = tmp_path / "clone"
+        git("clone", "-q", url, str(clone), cwd=tmp_path)
+        lines = seen.take(base)
+    finally:
+        log.removeHandler(seen)
+        log.setLevel(level)
+    for name, data in files.items():
+        assert (clone / name).read_bytes() == data, name
+    assert git("status", "--porcelain", cwd=clone) == ""
+    assert [x for x in lines if x.startswith("GET /v1/file-shards/")] == []
+    # (delayed smudges run on worker threads while git hands the others over inline: a
+    # few batches, each of up to 1,000 files)
+    assert 1 <= lines.count("POST /v1/file-shards") <= 12, lines
+
+
 def test_push_to_a_new_path_remote_sends_data_only_the_server_had(
     srv: tuple[str, str], tmp_path: Path
 ) -> None:
