@@ -265,11 +265,17 @@ class FileReader:
         cache: ChunkCache | None = None,
         verify: bool = True,
         opening: tuple[int, int] | None = None,
+        copy: bool = False,
     ) -> None:
         """``opening``: the read (offset, size) the reader is made for. From a
         :class:`FetchSource`, when it starts a sequential read (offset 0), its bytes and the
         window after them are fetched while the terms are checked: verified chunk by chunk
-        into the source's cache, and served only once the whole file checks out."""
+        into the source's cache, and served only once the whole file checks out.
+
+        ``copy``: the reader is made for one :meth:`copy_to`. From a :class:`FetchSource`
+        the terms are then checked by that copy, while its first ranges are fetched (the
+        xorb layouts the check needs take a round trip of their own): nothing is written
+        before the whole file checks out, and no other read is served before."""
         self.source = source
         self.file_hash = file_hash_
         self.cache = cache if cache is not None else ChunkCache(16 << 20)
@@ -297,10 +303,45 @@ class FileReader:
             self._pattern = ReadPattern(
                 self._fetch.initial_window, self._fetch.max_window, self.size
             )
+        #: terms :meth:`copy_to` checks (``copy``), None once checked or when never to be
+        self._unchecked: FileInfo | None = None
         if verify and info is not None:
+            if copy and self._fetch is not None:
+                self._unchecked = info
+                return
             if opening is not None and opening[0] == 0 and self._spans:
                 self._prefetch_opening(opening[1])
             self._verify_structure(info)
+
+    def _checked(self) -> None:
+        """Check the terms now if :meth:`copy_to` was to (a reader made for a copy that is
+        read otherwise)."""
+        info = self._unchecked
+        if info is not None:
+            self._verify_structure(info)
+            self._unchecked = None
+
+    def _check_alongside(self) -> Future[None]:
+        """The terms' check (if still to be done) started on a thread of its own: done
+        when they check out, failed with its :class:`IntegrityError` (or the error of a
+        layout that cannot be had) otherwise."""
+        checked: Future[None] = Future()
+        info = self._unchecked
+        if info is None:
+            checked.set_result(None)
+            return checked
+
+        def run() -> None:
+            try:
+                self._verify_structure(info)
+            except BaseException as exc:  # handed to the copy
+                checked.set_exception(exc)
+            else:
+                self._unchecked = None
+                checked.set_result(None)
+
+        threading.Thread(target=run, name="gitxet-check", daemon=True).start()
+        return checked
 
     def _prefetch_opening(self, size: int) -> None:
         """Start fetching what a sequential read of ``size`` bytes from offset 0 reads and
@@ -346,6 +387,7 @@ class FileReader:
         """Up to ``size`` bytes at ``offset`` (short only at end of file)."""
         if offset < 0 or size < 0:
             raise ValueError("negative offset or size")
+        self._checked()
         end = min(self.size, offset + size)
         if offset >= end:
             return b""
@@ -410,7 +452,7 @@ class FileReader:
         event loop may call it; a sequential reader's read-ahead is started all the same.
         """
         part = self._part
-        if part is None or offset < 0 or size < 0:
+        if part is None or offset < 0 or size < 0 or self._unchecked is not None:
             return None
         end = min(self.size, offset + size)
         if offset >= end:
@@ -470,6 +512,7 @@ class FileReader:
 
     def iter_blocks(self, block_size: int = 8 << 20) -> Iterator[bytes]:
         """The whole file in blocks of about ``block_size`` bytes, in order."""
+        self._checked()
         for span in self._spans:
             t = span.term
             lay = self.source.layout(t.xorb_hash)
@@ -519,14 +562,21 @@ class FileReader:
         return self._copy_fetched(self._fetch, out)
 
     def _copy_fetched(self, fetch: FetchSource, out: BinaryIO) -> int:
+        checked = self._check_alongside()  # no byte is written before it is done
         if callable(getattr(out, "write_at", None)):
-            return self._copy_positional(fetch, out)  # type: ignore[arg-type]
-        return self._copy_in_order(fetch, out)
+            n = self._copy_positional(fetch, out, checked)  # type: ignore[arg-type]
+        else:
+            n = self._copy_in_order(fetch, out, checked)
+        checked.result()
+        return n
 
-    def _copy_positional(self, fetch: FetchSource, out: PositionalOut) -> int:
+    def _copy_positional(
+        self, fetch: FetchSource, out: PositionalOut, checked: Future[None]
+    ) -> int:
         """:meth:`copy_to` into an output written at offsets: each range is written where it
-        belongs as soon as it arrives, on the thread that fetched it; the caller only keeps
-        :data:`COPY_WINDOW` bytes in flight and raises the first error."""
+        belongs as soon as it arrives (and the terms were ``checked``), on the thread that
+        fetched it; the caller only keeps :data:`COPY_WINDOW` bytes in flight and raises
+        the first error."""
         pending: deque[tuple[tuple[bytes, int, int], Future[None]]] = deque()
         shared: dict[tuple[bytes, int, int], tuple[Future[Segment], int]] = {}
         held = 0
@@ -547,6 +597,7 @@ class FileReader:
                         return
                     active += 1
                 try:
+                    checked.result()
                     out.write_at(at, done.result().views(lo, hi))
                 except BaseException as exc:  # handed to the caller
                     wrote.set_exception(exc)
@@ -596,7 +647,7 @@ class FileReader:
                 writing.wait_for(lambda: active == 0)
         return pos
 
-    def _copy_in_order(self, fetch: FetchSource, out: BinaryIO) -> int:
+    def _copy_in_order(self, fetch: FetchSource, out: BinaryIO, checked: Future[None]) -> int:
         pending: deque[tuple[tuple[bytes, int, int], Future[Segment]]] = deque()
         shared: dict[tuple[bytes, int, int], tuple[Future[Segment], int]] = {}
         held = 0
@@ -606,6 +657,7 @@ class FileReader:
             nonlocal held, written
             key, fut = pending.popleft()
             _, lo, hi = key
+            checked.result()
             for view in fut.result().views(lo, hi):
                 out.write(view)
             held -= hi - lo

@@ -220,7 +220,7 @@ class Content:
             if found is None:
                 raise search.error(ptr.xet_hash, path or self.names.get(ptr.xet_hash))
             source = found
-        reader = FileReader(source, fhash)
+        reader = FileReader(source, fhash, copy=True)  # its terms checked by the copy
         if reader.size != ptr.size:
             raise IntegrityError(
                 "file", ptr.xet_hash, f"is {reader.size} bytes, pointer says {ptr.size}"

@@ -155,6 +155,45 @@ def test_copy_to_a_positional_output_writes_each_range_where_it_belongs(
         cache.close()
 
 
+def test_a_copy_checks_the_terms_alongside_its_first_fetches_and_writes_nothing_before(
+    served: tuple[str, str, Upload], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader made for a copy checks the file's terms while the copy fetches its first
+    ranges: the bytes are right when they check out, and when they do not (terms that are
+    not the file's) nothing at all is written, in order or at offsets."""
+    url, token, up = served
+    with CASClient(url, token) as client:
+        cache, src = _source(client, tmp_path, unit=1 << 20)
+        good = _AtOffsets(len(up.data))
+        assert FileReader(src, up.file_hash, copy=True).copy_to(good) == len(up.data)  # type: ignore[arg-type]
+        assert bytes(good.buf) == up.data
+        # another file hash whose description is this file's terms
+        real = src.file_info
+        monkeypatch.setattr(src, "file_info", lambda _h: real(up.file_hash))
+        # the check ends only after a range was fetched (which would then be written)
+        fetched = threading.Event()
+        monkeypatch.setattr(src, "on_fetch", lambda _n, _s: fetched.set())
+        check = FileReader._verify_structure
+
+        def late_check(reader: FileReader, info: Any) -> None:
+            assert fetched.wait(60)
+            check(reader, info)
+
+        monkeypatch.setattr(FileReader, "_verify_structure", late_check)
+        liar = bytes(32 * [7])
+        for out in (_AtOffsets(len(up.data)), io.BytesIO()):
+            reader = FileReader(src, liar, copy=True)  # not checked yet
+            with pytest.raises(IntegrityError, match="do not hash to the file hash"):
+                reader.copy_to(out)  # type: ignore[arg-type]
+            assert (out.calls if isinstance(out, _AtOffsets) else len(out.getvalue())) == 0
+            fetched.clear()
+        fetched.set()
+        with pytest.raises(IntegrityError):  # nor is any other read served
+            FileReader(src, liar, copy=True).read(0, 10)
+        src.close()
+        cache.close()
+
+
 def test_concurrent_readers_share_each_fetch(
     served: tuple[str, str, Upload], tmp_path: Path
 ) -> None:
