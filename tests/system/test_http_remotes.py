@@ -8,6 +8,7 @@ Issue 13: data from whichever remote has it, with an http `upstream`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -219,6 +220,40 @@ class _Requests(logging.Handler):
 
 
 @pytest.mark.fuse
+def push_small_pointers(
+    tmp: Path, url: str, count: int, seed: int
+) -> tuple[Path, dict[str, bytes]]:
+    """A work tree pushing ``count`` small files (1-3 KB, every one a pointer) to ``url``."""
+    work = new_work(tmp, origin=url)
+    xet("track", "*.bin", cwd=work)  # every .bin a pointer, however small
+    rnd = random.Random(seed)
+    files = {
+        f"d{i % 7}/f{i:04d}.bin": rnd.randbytes(rnd.randrange(1_000, 3_000)) for i in range(count)
+    }
+    for name, data in files.items():
+        (work / name).parent.mkdir(exist_ok=True)
+        (work / name).write_bytes(data)
+    git("add", "-A", cwd=work)
+    git("commit", "-qm", "small files", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    return work, files
+
+
+@contextlib.contextmanager
+def server_requests() -> Iterator[_Requests]:
+    """The in-process server's access log, as "METHOD /path" lines, while inside."""
+    log = logging.getLogger("gitxet.server.access")
+    seen = _Requests()
+    level = log.level
+    log.addHandler(seen)
+    log.setLevel(logging.INFO)
+    try:
+        yield seen
+    finally:
+        log.removeHandler(seen)
+        log.setLevel(level)
+
+
 def test_clone_of_many_small_files_asks_for_descriptions_in_batches(
     srv: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -228,25 +263,10 @@ def test_clone_of_many_small_files_asks_for_descriptions_in_batches(
     mount reading every file of a lazy clone from the server too."""
     base, _ = srv
     url = f"{base}/small.git"
-    work = new_work(tmp_path, origin=url)
-    xet("track", "*.bin", cwd=work)  # every .bin a pointer, however small
-    rnd = random.Random(17)
-    files = {
-        f"d{i % 7}/f{i:04d}.bin": rnd.randbytes(rnd.randrange(1_000, 3_000)) for i in range(400)
-    }
-    for name, data in files.items():
-        (work / name).parent.mkdir(exist_ok=True)
-        (work / name).write_bytes(data)
-    git("add", "-A", cwd=work)
-    git("commit", "-qm", "small files", cwd=work)
-    git("push", "-q", "origin", "main", cwd=work)
+    work, files = push_small_pointers(tmp_path, url, 400, 17)
+    rnd = random.Random(18)
 
-    log = logging.getLogger("gitxet.server.access")
-    seen = _Requests()
-    level = log.level
-    log.addHandler(seen)
-    log.setLevel(logging.INFO)
-    try:
+    with server_requests() as seen:
         clone = tmp_path / "clone"
         xet("clone", url, str(clone), cwd=tmp_path)
         cloned = seen.take(base)
@@ -287,9 +307,6 @@ def test_clone_of_many_small_files_asks_for_descriptions_in_batches(
             xet("unmount", str(mnt), cwd=tmp_path, check=False)
         assert got == files
         mounted = seen.take(base)
-    finally:
-        log.removeHandler(seen)
-        log.setLevel(level)
     for root in (clone, lazy):
         for name, data in files.items():
             assert (root / name).read_bytes() == data, name
@@ -316,32 +333,12 @@ def test_plain_git_clone_of_many_pointers_asks_for_descriptions_in_batches(
     base, _ = srv
     url = f"{base}/plain.git"
     xet("install", cwd=tmp_path)
-    work = new_work(tmp_path, origin=url)
-    xet("track", "*.bin", cwd=work)
-    rnd = random.Random(23)
-    files = {
-        f"d{i % 5}/f{i:04d}.bin": rnd.randbytes(rnd.randrange(1_000, 3_000)) for i in range(600)
-    }
-    for name, data in files.items():
-        (work / name).parent.mkdir(exist_ok=True)
-        (work / name).write_bytes(data)
-    git("add", "-A", cwd=work)
-    git("commit", "-qm", "small files", cwd=work)
-    git("push", "-q", "origin", "main", cwd=work)
-
-    log = logging.getLogger("gitxet.server.access")
-    seen = _Requests()
-    level = log.level
-    log.addHandler(seen)
-    log.setLevel(logging.INFO)
-    try:
+    _, files = push_small_pointers(tmp_path, url, 600, 23)
+    with server_requests() as seen:
         seen.take(base)
         clone = tmp_path / "clone"
         git("clone", "-q", url, str(clone), cwd=tmp_path)
         lines = seen.take(base)
-    finally:
-        log.removeHandler(seen)
-        log.setLevel(level)
     for name, data in files.items():
         assert (clone / name).read_bytes() == data, name
     assert git("status", "--porcelain", cwd=clone) == ""
