@@ -245,11 +245,12 @@ def split_credentials(url: str) -> tuple[str, str | None]:
     return (url, None) if token is None else (strip_credentials(url), token)
 
 
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+(?:@|%40)")
 
 
 def redact(text: str) -> str:
-    """``text`` with the userinfo of every URL in it removed (for messages and logs)."""
+    """``text`` with the userinfo of every URL in it removed (for messages and logs), also
+    where its ``@`` is written ``%40`` (a repository inside a ``xet://`` URL)."""
     return _URL_USERINFO.sub(r"\1", text)
 
 

@@ -29,7 +29,7 @@ from gitxet.dataset import HttpAccess
 from gitxet.fsspec.file import READAHEAD_CACHE, XetFile
 from gitxet.fsspec.sources import DEFAULT_MAX_COMMITS, CommitPool, FetchStats, Lease
 from gitxet.fsspec.url import PROTOCOL, XetURL, canonical, parse_url
-from gitxet.settings import Settings
+from gitxet.settings import Settings, redact
 from gitxet.vfs.nodes import Attrs, NodeKind
 
 DEFAULT_MAX_GAP = 64 << 10  # cat_ranges merges ranges this close: about one chunk
@@ -268,7 +268,7 @@ class XetFileSystem(AbstractFileSystem):  # type: ignore[misc]
         lease, attrs = self.acquire_path(url)
         try:
             if attrs.kind is NodeKind.DIR:
-                raise IsADirectoryError(errno.EISDIR, f"xet: {url.name()} is a directory")
+                raise IsADirectoryError(errno.EISDIR, f"xet: {redact(url.name())} is a directory")
             details = self._entry(lease, url, url.path, attrs)
             return XetFile(
                 self,
@@ -293,7 +293,7 @@ class XetFileSystem(AbstractFileSystem):  # type: ignore[misc]
         lease, attrs = self.acquire_path(url)
         try:
             if attrs.kind is NodeKind.DIR:
-                raise IsADirectoryError(errno.EISDIR, f"xet: {url.name()} is a directory")
+                raise IsADirectoryError(errno.EISDIR, f"xet: {redact(url.name())} is a directory")
             s, e = _span(start, end, attrs.size)
             data: bytes = lease.value.fs.read(attrs.ino, s, e - s) if e > s else b""
             return data
@@ -332,7 +332,9 @@ class XetFileSystem(AbstractFileSystem):  # type: ignore[misc]
                     lease, attrs = self.acquire_path(url)
                     leases.append(lease)
                     if attrs.kind is NodeKind.DIR:
-                        raise IsADirectoryError(errno.EISDIR, f"xet: {url.name()} is a directory")
+                        raise IsADirectoryError(
+                            errno.EISDIR, f"xet: {redact(url.name())} is a directory"
+                        )
                 except Exception as exc:
                     if on_error != "return":
                         raise

@@ -35,6 +35,7 @@ from gitxet.data.reconstruct import (
 from gitxet.dataset import Dataset, HttpAccess, open_dataset
 from gitxet.errors import AuthError, GitError, NotFoundError, RemoteError
 from gitxet.formats.shard import FileInfo
+from gitxet.settings import redact
 from gitxet.util.lru import Lease as _Lease
 from gitxet.util.lru import LeaseCache
 from gitxet.vfs.model import CommitFS
@@ -209,13 +210,13 @@ class CommitPool:
         try:
             ds = open_dataset(key, self.access)
         except NotFoundError as exc:
-            raise FileNotFoundError(errno.ENOENT, f"xet: repository {repo}: {exc}") from exc
+            raise FileNotFoundError(errno.ENOENT, f"xet: repository {redact(repo)}: {exc}") from exc
         except GitError as exc:
-            raise FileNotFoundError(errno.ENOENT, f"xet: repository {repo}: {exc}") from exc
+            raise FileNotFoundError(errno.ENOENT, f"xet: repository {redact(repo)}: {exc}") from exc
         except AuthError as exc:  # no token, or one the server refuses: like the CLI's exit 5
-            raise PermissionError(errno.EACCES, f"xet: repository {repo}: {exc}") from exc
+            raise PermissionError(errno.EACCES, f"xet: repository {redact(repo)}: {exc}") from exc
         except RemoteError as exc:  # the server cannot be reached or failed
-            raise OSError(errno.EIO, f"xet: repository {repo}: {exc}") from exc
+            raise OSError(errno.EIO, f"xet: repository {redact(repo)}: {exc}") from exc
         source = counting(ds.chunk_source(), self._counter)
         with self._lock:
             return self._datasets.setdefault(key, (ds, source))
@@ -238,7 +239,7 @@ class CommitPool:
                 sha = ds.resolve(rev)
             except NotFoundError as exc:
                 raise FileNotFoundError(
-                    errno.ENOENT, f"xet: no revision {rev!r} in repository {repo}"
+                    errno.ENOENT, f"xet: no revision {rev!r} in repository {redact(repo)}"
                 ) from exc
         with self._lock:
             self._revs[key] = sha
@@ -265,7 +266,7 @@ class CommitPool:
                 fs = ds.open_commit(sha, source=source, cache=self._cache)
             except GitError as exc:
                 raise FileNotFoundError(
-                    errno.ENOENT, f"xet: cannot open commit {sha} of {repo}: {exc}"
+                    errno.ENOENT, f"xet: cannot open commit {sha} of {redact(repo)}: {exc}"
                 ) from exc
             return self._commits.add(key, OpenCommit(key, fs, fs.mtime_ns / 1e9))
 

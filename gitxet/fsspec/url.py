@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from gitxet.errors import URLFormatError
+from gitxet.settings import redact
 
 PROTOCOL = "xet"
 _PREFIXES = (PROTOCOL + "://", PROTOCOL + "::")
@@ -77,6 +78,13 @@ def parse_url(url: str) -> XetURL:
         URLFormatError: no ``@``, an empty repository or revision, a relative repository
             path, a bad %-escape, ``..`` in the path, or a NUL byte.
     """
+    try:
+        return _parse_url(url)
+    except URLFormatError as exc:  # the URL as written, less a token in its repository's
+        raise URLFormatError(redact(exc.what), exc.reason) from None
+
+
+def _parse_url(url: str) -> XetURL:
     if len(url) > _MAX_URL:
         raise URLFormatError(url[:80] + "...", f"longer than {_MAX_URL} characters")
     if "\0" in url:
@@ -97,6 +105,14 @@ def parse_url(url: str) -> XetURL:
     rev = _unescape(rev_text, "revision", url)
     if not (repo.startswith("/") or _SCHEME.match(repo)):
         raise URLFormatError(url, "the repository must be an absolute path or a URL")
+    scheme = _SCHEME.match(repo)
+    if scheme and "/" not in repo[scheme.end() :] and "@" in body[at + 1 :]:
+        # xet://https://user:TOKEN@host/repo@main: the first '@' ended the repository
+        raise URLFormatError(
+            url,
+            "credentials in the repository URL: write its '@' as %40, or give the token "
+            "with token= (or GITXET_TOKEN)",
+        )
     return XetURL(repo, rev, normalize_path(rest, url), f"{repo_text}@{rev_text}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -56,6 +57,32 @@ def test_malformed_urls(url: str, why: str) -> None:
     with pytest.raises(URLFormatError, match=why) as exc:
         parse_url(url)
     assert isinstance(exc.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("xet://https://user:S3CRET@host/d.git@main/x", "credentials"),
+        ("xet://https://S3CRET@host:8080/d.git@main/x", "credentials"),
+        ("xet://https://user:S3CRET%40host/d.git@main/a/../b", "'..'"),
+        ("xet://https://user:S3CRET%40host/d.git@ma%zzin", "bad %-escape"),
+    ],
+)
+def test_a_token_in_the_repository_never_reaches_the_error(url: str, why: str) -> None:
+    with pytest.raises(URLFormatError, match=why) as exc:
+        parse_url(url)
+    assert "S3CRET" not in str(exc.value)
+
+
+def test_a_token_in_the_repository_is_not_in_a_failed_opens_message(tmp_path: Path) -> None:
+    # (port 9, discard: refused at once) the repository URL carries its token %40-escaped
+    xfs = XetFileSystem(cache_dir=str(tmp_path / "cache"), skip_instance_cache=True)
+    try:
+        with pytest.raises(OSError) as exc:
+            xfs.cat_file("xet://http://user:S3CRET%40127.0.0.1:9/d.git@main/x")
+        assert "127.0.0.1:9/d.git" in str(exc.value) and "S3CRET" not in str(exc.value)
+    finally:
+        xfs.close()
 
 
 _text = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), min_size=1)

@@ -242,3 +242,12 @@ def test_only_cli_and_settings_read_the_environment() -> None:
         m.name for m in pkgutil.walk_packages(gitxet.__path__, "gitxet.") if "csi_pb2" not in m.name
     ]
     assert violations(modules, ["gitxet.cli", "gitxet.settings"]) == []
+
+
+def test_redact_drops_userinfo_also_written_with_an_escaped_at() -> None:
+    from gitxet.settings import redact
+
+    assert redact("see https://u:tok@h/r.git now") == "see https://h/r.git now"
+    assert redact("xet://https://u:tok%40h/r.git@main/x") == "xet://https://h/r.git@main/x"
+    kept = "https://h/a%40b/c.git and /srv/x@main"  # (no userinfo: a %40 in a path)
+    assert redact(kept) == kept
