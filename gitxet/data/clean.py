@@ -141,6 +141,9 @@ class Ingestor:
         # one write is outstanding, which bounds memory to about two xorbs
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="gitxet-xorb-writer")
         self._writing: Future[bool] | None = None
+        # a xorb write that failed (a full disk): the session's chunks and files may name
+        # that xorb, so nothing more is stored from it (no shard naming a missing xorb)
+        self._failed: BaseException | None = None
         # shard CAS entries of the xorbs written since the last flush (not their bodies)
         self._new_xorbs: list[shardfmt.XorbInfo] = []
         self._files: list[_PendingFile] = []
@@ -150,13 +153,20 @@ class Ingestor:
         return _PendingXorb(self._next_number)
 
     def _wait_for_write(self) -> None:
+        if self._failed is not None:
+            raise self._failed
         if self._writing is not None:
             fut, self._writing = self._writing, None
-            fut.result()  # re-raises a failed write
+            try:
+                fut.result()  # re-raises a failed write
+            except BaseException as exc:
+                self._failed = exc
+                raise
 
     def close(self) -> None:
         try:
-            self._wait_for_write()
+            if self._failed is None:  # else said already
+                self._wait_for_write()
         finally:
             self._writer.shutdown(wait=True)
         if self._own_executor:

@@ -217,17 +217,22 @@ class StagedIngest:
                 if self._storer is not None:
                     self._storer.shutdown(wait=True)
                     self._storer = None
+            stored = False
             try:
                 self._flush_locked()
+                stored = True
             finally:
                 ing, self._ingestor = self._ingestor, None
-                if ing is not None:
-                    ing.close()
                 j, self._journal = self._journal, None
-            if j is not None:  # reached only when its batch is stored
-                with contextlib.suppress(OSError):
-                    os.unlink(self._journal_path)
-                j.close()
+                try:
+                    if ing is not None:
+                        ing.close()
+                finally:
+                    if j is not None:
+                        if stored:
+                            with contextlib.suppress(OSError):
+                                os.unlink(self._journal_path)
+                        j.close()  # unlocked: a journal kept is recover's now
             if failed is not None:
                 raise failed
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gitxet.data.audit import verify_store
 from gitxet.data.clean import Hashed, Ingestor, hash_small
 from gitxet.data.reconstruct import FileReader
 from gitxet.data.staging import StagedIngest, journal_dir, recover
@@ -149,6 +150,41 @@ def test_a_failed_background_store_is_raised_and_its_journal_recovered(
     assert os.listdir(journal_dir(cas)) == []
     for r, x in zip(results, datas, strict=False):
         assert _read(cas, r.file_hash) == x
+
+
+def test_a_failed_xorb_write_stores_no_shard_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk that fills while a big file's xorb is written: the session stores nothing
+    more (its shard would name the missing xorb: the store refused it and the user was
+    told 'malformed data: shard: references missing xorb' instead of the full disk), its
+    journal stays for recover, and the next session stores the file once there is space."""
+    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
+    real = LocalCAS.put_serialized
+    full = threading.Event()
+
+    def put_serialized(self: LocalCAS, *a: object, **kw: object) -> object:
+        if full.is_set():
+            raise OSError(28, "No space left on device")
+        return real(self, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LocalCAS, "put_serialized", put_serialized)
+    small, big = b"s" * 1000, random.Random(6).randbytes(3 << 20)
+    st = StagedIngest(cas, stage_max=1 << 20)
+    rs = st.add(io.BytesIO(small))
+    full.set()
+    with pytest.raises(OSError, match="No space"):
+        st.add(io.BytesIO(big))
+    with pytest.raises(OSError, match="No space"):  # not a shard naming a missing xorb
+        st.close()
+    assert list(cas.shard_names()) == []
+    full.clear()
+    assert recover(cas) == 1  # the small file journaled before the failure
+    assert _read(cas, rs.file_hash) == small
+    with StagedIngest(cas, stage_max=1 << 20) as again:
+        rb = again.add(io.BytesIO(big))
+    assert _read(cas, rb.file_hash) == big
+    assert not verify_store(cas).problems
 
 
 _CRASH = textwrap.dedent(
