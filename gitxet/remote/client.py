@@ -72,6 +72,19 @@ __all__ = ["CASClient", "RetryPolicy", "discover", "is_gitxet_server"]
 
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
+_tls_context: ssl.SSLContext | None = None
+
+
+def _tls() -> ssl.SSLContext:
+    """The TLS settings every httpx client of this process uses (httpx's defaults: its CA
+    bundle, or ``SSL_CERT_FILE``/``SSL_CERT_DIR``), made once: each client made its own,
+    ~25 ms of loading CA certificates apiece (two before a clone's first byte)."""
+    global _tls_context
+    if _tls_context is None:
+        _tls_context = httpx.create_ssl_context()
+    return _tls_context
+
+
 TokenSource = str | Callable[[], str | None] | None
 T = TypeVar("T")
 
@@ -337,6 +350,7 @@ class CASClient:
             timeout=httpx.Timeout(timeout, connect=15.0),
             limits=self._limits,
             follow_redirects=False,
+            verify=_tls(),
         )
         self.max_parallel = max(1, max_parallel)
         self.retry = retry or RetryPolicy()
@@ -399,7 +413,7 @@ class CASClient:
         if self._own_http and self._pid != os.getpid():
             # a forked child (a mount daemon) must not share the parent's pooled sockets
             self._pid = os.getpid()
-            self.http = httpx.Client(timeout=self.http.timeout, limits=self._limits)
+            self.http = httpx.Client(timeout=self.http.timeout, limits=self._limits, verify=_tls())
         try:
             resp = self.http.request(method, url, headers=hdrs, content=content, json=json_body)
         except httpx.TransportError as e:
@@ -866,7 +880,7 @@ def discover(
     Raises:
         RemoteError: no discovery document (404), a malformed one, or a transfer failure.
     """
-    client = http or httpx.Client(timeout=30.0, follow_redirects=True)
+    client = http or httpx.Client(timeout=30.0, follow_redirects=True, verify=_tls())
     url = repo_url.rstrip("/") + p.DISCOVERY_SUFFIX
     where = f"discovery at {strip_credentials(url)}"
     headers = {"User-Agent": USER_AGENT}
@@ -908,7 +922,7 @@ def is_gitxet_server(repo_url: str, *, timeout: float = 5.0) -> bool:
     """
     url = info_refs_url(repo_url)
     try:
-        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+        with httpx.Client(timeout=timeout, follow_redirects=False, verify=_tls()) as client:
             r = client.get(url, headers={"User-Agent": USER_AGENT})
     except (httpx.HTTPError, ValueError):
         return False
