@@ -123,19 +123,25 @@ def test_a_full_batch_is_stored_in_the_background_under_its_journal(
         assert _read(cas, r.file_hash) == x
 
 
+def _disk_full_in(monkeypatch: pytest.MonkeyPatch, method: str) -> threading.Event:
+    """LocalCAS.``method`` fails with ENOSPC while the returned event is set."""
+    real = getattr(LocalCAS, method)
+    full = threading.Event()
+
+    def failing(self: LocalCAS, *a: object, **kw: object) -> object:
+        if full.is_set():
+            raise OSError(28, "No space left on device")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(LocalCAS, method, failing)
+    return full
+
+
 def test_a_failed_background_store_is_raised_and_its_journal_recovered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cas = LocalCAS(str(tmp_path / "cas"), durable=False)
-    real = LocalCAS.put_shards
-    failing = threading.Event()
-
-    def put_shards(self: LocalCAS, *a: object, **kw: object) -> object:
-        if failing.is_set():
-            raise OSError(28, "No space left on device")
-        return real(self, *a, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(LocalCAS, "put_shards", put_shards)
+    failing = _disk_full_in(monkeypatch, "put_shards")
     datas = _files(12, seed=9)
     st = StagedIngest(cas, batch_files=5)
     failing.set()
@@ -160,15 +166,7 @@ def test_a_failed_xorb_write_stores_no_shard_naming_it(
     told 'malformed data: shard: references missing xorb' instead of the full disk), its
     journal stays for recover, and the next session stores the file once there is space."""
     cas = LocalCAS(str(tmp_path / "cas"), durable=False)
-    real = LocalCAS.put_serialized
-    full = threading.Event()
-
-    def put_serialized(self: LocalCAS, *a: object, **kw: object) -> object:
-        if full.is_set():
-            raise OSError(28, "No space left on device")
-        return real(self, *a, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(LocalCAS, "put_serialized", put_serialized)
+    full = _disk_full_in(monkeypatch, "put_serialized")
     small, big = b"s" * 1000, random.Random(6).randbytes(3 << 20)
     st = StagedIngest(cas, stage_max=1 << 20)
     rs = st.add(io.BytesIO(small))
