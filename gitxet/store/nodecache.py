@@ -27,14 +27,17 @@ How it stays fast and bounded with many processes at once:
 * **Integrity**: a range is written only from chunks verified against their hashes. A
   process hashes each chunk of a range file once, the first time it reads it through its
   open descriptor (the file could have been damaged since: a crash, a disk), and then
-  serves it with plain ``pread`` calls. A range whose file is missing, short or fails its
-  hashes is dropped, and the caller fetches the data again.
+  serves it with plain ``pread`` calls, as long as the file's mtime and ctime stay what they
+  were when it was hashed (one ``fstat`` per read): a file written to since is hashed again.
+  A range whose file is missing, short or fails its hashes is dropped, and the caller
+  fetches the data again.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -52,6 +55,8 @@ from gitxet.util.streams import write_all
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ranges (
@@ -106,11 +111,13 @@ class _Range:
 
 @dataclass(slots=True)
 class _Open:
-    """An open range file: the descriptor and which of its chunks were hashed through it."""
+    """An open range file: the descriptor, which of its chunks were hashed through it, and
+    the file's (mtime, ctime) then: a write to the file since (a damaged or tampered range)
+    changes them, and its chunks are hashed again before they are served."""
 
     fd: int
     verified: bytearray
-    checked: float = field(default=0.0)
+    stamp: tuple[int, int] = field(default=(0, 0))
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -364,21 +371,31 @@ class NodeCache:
     def _fd(self, xorb: bytes, r: _Range) -> Lease[_Open] | None:
         """A lease on the open file of range ``r`` (release it), or None when its file is
         gone or damaged (then forgotten, or dropped)."""
-        now = time.monotonic()
         lease = self._open.get(r.rowid)
         if lease is not None:
             op = lease.value
-            if now - op.checked > 1.0:
+            try:
+                st = os.fstat(op.fd)  # (~1 us: every read, so no write goes unnoticed)
+            except OSError:
+                st = None
+            if st is None or st.st_nlink == 0:
                 # evicted meanwhile (by any process): stop holding its disk space
-                try:
-                    gone = os.fstat(op.fd).st_nlink == 0
-                except OSError:
-                    gone = True
-                if gone:
+                lease.release()
+                self._forget(xorb, r)
+                return None
+            stamp = (st.st_mtime_ns, st.st_ctime_ns)
+            if stamp != op.stamp:
+                # written to since its chunks were hashed: hash them again as they are read
+                log.warning(
+                    "node cache: %s changed on disk: hashing it again",
+                    self._path(xorb, r.cs, r.ce),
+                )
+                op.verified[:] = bytes(len(op.verified))
+                op.stamp = stamp
+                if st.st_size != r.dhi - r.dlo:
                     lease.release()
-                    self._forget(xorb, r)
+                    self._drop(xorb, r)
                     return None
-                op.checked = now
             return lease
         try:
             fd = os.open(self._path(xorb, r.cs, r.ce), os.O_RDONLY | os.O_CLOEXEC)
@@ -386,14 +403,16 @@ class NodeCache:
             self._drop(xorb, r)
             return None
         try:
-            if os.fstat(fd).st_size != r.dhi - r.dlo:
+            st = os.fstat(fd)
+            if st.st_size != r.dhi - r.dlo:
                 os.close(fd)
                 self._drop(xorb, r)
                 return None
         except OSError:
             os.close(fd)
             return None
-        return self._open.add(r.rowid, _Open(fd, bytearray(r.ce - r.cs), now))
+        op = _Open(fd, bytearray(r.ce - r.cs), (st.st_mtime_ns, st.st_ctime_ns))
+        return self._open.add(r.rowid, op)
 
     def _forget(self, xorb: bytes, r: _Range) -> None:
         """Stop using a range this process knew of (its file is gone or bad)."""
@@ -564,8 +583,13 @@ class NodeCache:
             return False
         self.stored_bytes += n
         r = _Range(rowid, cs, ce, dlo, dlo + n)
+        try:
+            st = os.fstat(fd)  # after the rename (which sets its ctime)
+            stamp = (st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            stamp = (0, 0)  # (checked at the first read)
         # cached for the reads to come (this write held it only while adding it)
-        self._open.add(rowid, _Open(fd, bytearray(b"\x01" * (ce - cs)), time.monotonic())).release()
+        self._open.add(rowid, _Open(fd, bytearray(b"\x01" * (ce - cs)), stamp)).release()
         with self._lock:
             known = self._known.peek(xorb)
             if known is not None:

@@ -276,3 +276,25 @@ def test_a_range_whose_writer_died_is_stored_again_and_not_counted(tmp_path: Pat
     assert cache_total(root) == n
     assert db.execute("SELECT count(*) FROM ranges WHERE ready = 0").fetchone()[0] == 0
     db.close()
+
+
+def test_a_range_written_to_after_it_was_hashed_is_hashed_again(tmp_path: Path) -> None:
+    # A process hashes a range's chunks once, then serves them with pread: a byte flipped
+    # in the file afterwards (by any process) was served as it was, wrong, until it restarted.
+    lay = Lay(9)
+    cache = NodeCache(str(tmp_path / "c"), 1 << 20)
+    assert lay.put(cache, 0, 20)
+    (path,) = (tmp_path / "c" / "data").rglob("*.0-20")
+    # an mtime no write can give it, so the flip below changes it whatever the clock's grain
+    os.utime(path, ns=(10**9, 10**9))
+    assert cache.read(lay.xorb, lay, 0, 300) == lay.data[:300]  # hashed again: still right
+    with open(path, "r+b") as f:
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 1]))
+    assert cache.read(lay.xorb, lay, 50, 150) is None  # never the flipped byte
+    assert not cache.covers(lay.xorb, 0, 1) and not path.exists()
+    assert lay.put(cache, 0, 20)
+    assert cache.read(lay.xorb, lay, 50, 150) == lay.data[50:150]
+    cache.close()
