@@ -286,6 +286,27 @@ def finish(target: str, settings: Any, prepared: _Prepared | None, *, resuming: 
             ) from None
         process.config_unset(target, UNFINISHED)
         return 0  # an empty repository: nothing to check out
+    from gitxet.errors import GitxetError, MaterializeError
+
+    try:
+        return _check_out(target, settings, prepared)
+    except (OSError, MaterializeError) as exc:  # a full disk: the rest comes on a re-run
+        from gitxet.cli._errors import describe
+
+        if isinstance(exc, MaterializeError) and not all(
+            isinstance(why, OSError) for _, why in exc.failures
+        ):
+            raise  # data that cannot be had: said as such (and its exit status)
+
+        raise GitxetError(
+            f"{describe(exc)[0]}; the clone in {shown(target)} is not finished: run the same "
+            "'git xet clone' again (or 'git xet checkout' in it) to finish it"
+        ) from exc
+
+
+def _check_out(target: str, settings: Any, prepared: _Prepared | None) -> int:
+    from gitxet.git import process
+
     # git writes neither the pointer files' text nor their content: its index is read from
     # HEAD, git writes every other entry, and each pointer file's content is created in
     # place (in parallel, straight from the local store, verified) with its index stat

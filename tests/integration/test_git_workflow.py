@@ -332,6 +332,45 @@ def test_a_killed_clone_is_finished_by_running_it_again(tmp_path: Path) -> None:
     finished(d)
 
 
+def _file_size_limit(nbytes: int) -> None:
+    """In the child: no file written past ``nbytes`` (EFBIG, as a full disk's ENOSPC)."""
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+
+
+def test_a_clone_that_runs_out_of_space_says_how_to_finish_it(tmp_path: Path) -> None:
+    """A clone whose disk fills once git has cloned: one line naming the error and how to
+    finish the clone ('No space left on device' alone before), the run again finishes it."""
+    remote, work = init_repo(tmp_path)
+    data = random.Random(7).randbytes(3 << 20)
+    (work / "big.bin").write_bytes(data)
+    xet("add", "big.bin", cwd=work)
+    git("commit", "-q", "-m", "big", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    clone = tmp_path / "clone"
+    r = subprocess.run(
+        ["git-xet", "clone", str(remote), str(clone)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: _file_size_limit(1 << 20),
+    )
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("git-xet: ")]
+    assert lines[-1].endswith(
+        "; the clone in " + str(clone) + " is not finished: run the same 'git xet clone' "
+        "again (or 'git xet checkout' in it) to finish it"
+    ), r.stderr
+    if (clone / "big.bin").exists():  # nothing half-written at its name: its pointer
+        assert (clone / "big.bin").read_bytes().startswith(b"version https://gitxet.dev/")
+    xet("clone", str(remote), str(clone), cwd=tmp_path)
+    assert (clone / "big.bin").read_bytes() == data
+    assert git("status", "--porcelain", cwd=clone) == ""
+
+
 def _gitxet_pids(cwd: Path, command: bytes) -> list[int]:
     """Pids of ``git-xet <command>`` processes working in ``cwd``."""
     pids = []
