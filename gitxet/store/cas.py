@@ -471,19 +471,28 @@ class LocalCAS:
             return self._read_raw(xf, lay, start, end)
 
     def _read_raw(self, xf: _XorbFile, lay: XorbLayout, start: int, end: int) -> bytes:
+        a, b = self._raw_span(lay, start, end)
+        return self._pread(xf, lay.xorb_hash, b - a, a)
+
+    @staticmethod
+    def _raw_span(lay: XorbLayout, start: int, end: int) -> tuple[int, int]:
+        """Where chunks ``[start, end)`` lie in the xorb file."""
         if not 0 <= start < end <= lay.num_chunks:
             raise IndexError(
                 f"chunk range [{start}, {end}) outside xorb of {lay.num_chunks} chunks"
             )
-        a, b = lay.byte_offsets[start], lay.byte_offsets[end]
-        return self._pread(xf, lay.xorb_hash, b - a, a)
+        return lay.byte_offsets[start], lay.byte_offsets[end]
 
     def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
         """Decoded chunks ``[start, end)``, each verified against its hash."""
         lay = self.layout(xorb_hash)
         hx = to_hex(xorb_hash)
+        a, b = self._raw_span(lay, start, end)
         with self._open_xorb(xorb_hash) as xf:
-            raw = self._read_raw(xf, lay, start, end)
+            # decoded at once: read into this thread's reused buffer (the chunks are copies)
+            raw = nowait.pread_view(xf.fd, b - a, a)
+            if len(raw) != b - a:
+                raise IntegrityError("xorb", hx, "truncated on disk")
             try:
                 chunks = xorbfmt.decode_chunks(raw, expected_count=end - start)
             except FormatError as e:
@@ -501,7 +510,7 @@ class LocalCAS:
         return chunks
 
     def _note_verified(
-        self, xf: _XorbFile, lay: XorbLayout, raw: bytes, start: int, end: int
+        self, xf: _XorbFile, lay: XorbLayout, raw: memoryview, start: int, end: int
     ) -> None:
         """Remember which of the verified chunks ``[start, end)`` (read through ``xf``) are
         stored uncompressed."""
