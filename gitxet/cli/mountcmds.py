@@ -480,8 +480,8 @@ def unmount_cmd(
     lazy: Annotated[bool, typer.Option("--lazy", "-z", help="Detach even if busy.")] = False,
 ) -> None:
     """Unmount a gitxet mount and stop the process serving it."""
-    from gitxet.errors import NotFoundError
-    from gitxet.mount.runner import find_mount, normalize_mountpoint, unmount
+    from gitxet.errors import MountError, NotFoundError
+    from gitxet.mount.runner import BUSY, find_mount, normalize_mountpoint, unmount
 
     mnt = normalize_mountpoint(os.path.abspath(mountpoint))
     registry = _registry()
@@ -490,7 +490,12 @@ def unmount_cmd(
     if rec is None and (entry is None or not entry.source.startswith("gitxet:")):
         what = f" ({entry.fstype} is mounted there)" if entry is not None else ""
         raise NotFoundError(f"no gitxet mount at {mnt}{what}; 'git xet mounts' lists them")
-    unmount(mnt, lazy=lazy, registry=registry)
+    try:
+        unmount(mnt, lazy=lazy, registry=registry)
+    except MountError as exc:
+        if exc.reason != BUSY:
+            raise
+        raise MountError(mnt, f"{BUSY} ('git xet unmount --lazy {mnt}' detaches it now)") from None
     done = "unmounted" if entry is not None else "removed the record of the ended mount at"
     typer.echo(f"git-xet: {done} {mnt}", err=True)
 

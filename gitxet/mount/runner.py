@@ -532,6 +532,13 @@ def _detach_quietly(mnt: str) -> None:
 # ---- unmount ---------------------------------------------------------------------------------
 
 
+#: why an unmount (not lazy) failed while a process uses the mount; the mount keeps serving
+BUSY = (
+    "unmount failed: busy (a process has a file or its working directory there); it keeps "
+    "serving until they are closed, or unmount it lazily"
+)
+
+
 def _unmount_commands(mnt: str, fstype: str, lazy: bool) -> builtins.list[builtins.list[str]]:
     fuse = ["fusermount3", "-u", "-q", *(["-z"] if lazy else []), mnt]
     plain = ["umount", *(["-l"] if lazy else []), mnt]
@@ -563,6 +570,8 @@ def _run_unmount(mnt: str, *, lazy: bool) -> None:
         if res.returncode == 0 or not is_mounted(mnt):
             return
         msg = res.stderr.decode("utf-8", errors="replace").strip() or f"status {res.returncode}"
+        if not lazy and "busy" in msg.lower():
+            raise MountError(mnt, BUSY)
         errors.append(f"{cmd[0]}: {msg}")
     raise MountError(mnt, "unmount failed: " + "; ".join(errors))
 

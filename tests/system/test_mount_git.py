@@ -236,3 +236,27 @@ def _check_nfs(p: subprocess.Popen[str], dataset: dict[str, object]) -> None:
     finally:
         p.terminate()
         p.wait(timeout=30)
+
+
+def test_unmount_of_a_busy_mount_says_so_and_keeps_serving(
+    tmp_path: Path, dataset: dict[str, object]
+) -> None:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    run("git-xet", "mount", str(dataset["remote"]), "main", str(mnt), cwd=tmp_path)
+    v2: dict[str, bytes] = dataset["v2"]  # type: ignore[assignment]
+    try:
+        with open(mnt / "small.txt", "rb") as held:
+            r = run("git-xet", "unmount", str(mnt), cwd=tmp_path, check=False)
+            # one line: busy, what it means, the way out (was "unmount failed: fusermount3:
+            # status 1; umount: umount: MNT: target is busy.")
+            assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+            assert "busy" in r.stderr and f"git xet unmount --lazy {mnt}" in r.stderr
+            assert "fusermount3" not in r.stderr and "Traceback" not in r.stderr
+            assert mounted(mnt) and held.read() == v2["small.txt"]
+            assert (mnt / "big/mid.bin").read_bytes() == v2["big/mid.bin"]
+            assert f"{mnt}\tok\t" in run("git-xet", "mounts", cwd=tmp_path).stdout
+        run("git-xet", "unmount", str(mnt), cwd=tmp_path)
+        assert not mounted(mnt) and os.listdir(mnt) == []
+    finally:
+        run("git-xet", "unmount", str(mnt), cwd=tmp_path, check=False)
