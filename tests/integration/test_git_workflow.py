@@ -214,13 +214,19 @@ def test_killed_push_keeps_remote_consistent_and_rerun_completes(tmp_path: Path)
         assert (clone / f"f{i}.bin").read_bytes() == (work / f"f{i}.bin").read_bytes()
 
 
-def test_killed_checkout_leaves_no_half_written_file(tmp_path: Path) -> None:
+def pushed_big_file(tmp_path: Path, data: bytes) -> Path:
+    """A remote whose main holds ``big.bin`` (``data``), added, committed and pushed."""
     remote, work = init_repo(tmp_path)
-    data = random.Random(4).randbytes(8 << 20)
     (work / "big.bin").write_bytes(data)
     xet("add", "big.bin", cwd=work)
     git("commit", "-q", "-m", "big", cwd=work)
     git("push", "-q", "origin", "main", cwd=work)
+    return remote
+
+
+def test_killed_checkout_leaves_no_half_written_file(tmp_path: Path) -> None:
+    data = random.Random(4).randbytes(8 << 20)
+    remote = pushed_big_file(tmp_path, data)
     clone = tmp_path / "clone"
     xet("clone", "--lazy", str(remote), str(clone), cwd=tmp_path)
     for delay in (0.05, 0.15, 0.3):
@@ -343,12 +349,8 @@ def _file_size_limit(nbytes: int) -> None:
 def test_a_clone_that_runs_out_of_space_says_how_to_finish_it(tmp_path: Path) -> None:
     """A clone whose disk fills once git has cloned: one line naming the error and how to
     finish the clone ('No space left on device' alone before), the run again finishes it."""
-    remote, work = init_repo(tmp_path)
     data = random.Random(7).randbytes(3 << 20)
-    (work / "big.bin").write_bytes(data)
-    xet("add", "big.bin", cwd=work)
-    git("commit", "-q", "-m", "big", cwd=work)
-    git("push", "-q", "origin", "main", cwd=work)
+    remote = pushed_big_file(tmp_path, data)
     clone = tmp_path / "clone"
     r = subprocess.run(
         ["git-xet", "clone", str(remote), str(clone)],
