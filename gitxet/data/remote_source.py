@@ -185,6 +185,8 @@ class RemoteChunkSource:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._files: dict[bytes, shardfmt.FileInfo] = {}
+        # described in a batch to keep, not on disk yet: kept when first read (file_info)
+        self._unkept: dict[bytes, shardfmt.Shard] = {}
         self._layouts: dict[bytes, RemoteLayout] = {}
         self._xorb_file: dict[bytes, bytes] = {}  # a file whose reconstruction names the xorb
         # per xorb, bounded: each is asked for again when it is needed after an eviction
@@ -317,6 +319,12 @@ class RemoteChunkSource:
     def file_info(self, file_hash: bytes) -> shardfmt.FileInfo | None:
         with self._lock:
             info = self._files.get(file_hash)
+            unkept = self._unkept.pop(file_hash, None) if info is not None else None
+        if unkept is not None:
+            # (best effort: a cache that cannot be written fails no read)
+            with contextlib.suppress(OSError):
+                data = shardfmt.serialize_shard(unkept)
+                atomic_write(self._shard_path(file_hash, False), data, durable=False)
         if info is not None:
             return info
         shard = self.file_shard(file_hash, with_xorbs=False)
@@ -326,10 +334,11 @@ class RemoteChunkSource:
         """Get the descriptions of many files ahead of their readers (a clone, a checkout,
         a directory of a mount): those not yet known here come in batches of
         :data:`~gitxet.remote.protocol.MAX_FILE_SHARDS_BATCH` (``POST /v1/file-shards``, a
-        few at once), not one request per file, and (``keep``) are kept on disk as
-        :meth:`file_info` keeps them, for offline and later reads. A clone or checkout,
-        which writes the files once, passes ``keep=False``: creating a file per description
-        cost more than the requests (0.4 ms each on a busy disk). Returns the files of
+        few at once), not one request per file, and (``keep``) the description of each
+        file then read (:meth:`file_info`) is kept on disk, for offline and later reads. A
+        mount describes a directory's files at once: a file written per description was 60%
+        of its time reading 1,000 random files of 100,000 (0.4 ms each on a busy disk). A
+        clone or checkout, which writes the files once, passes ``keep=False``. Returns the files of
         ``file_hashes`` that can be read from here (offline: those described before). A
         server without the batch route is asked file by file.
 
@@ -364,10 +373,9 @@ class RemoteChunkSource:
                 return None
             for h, info in blocks.items():
                 shard = shardfmt.Shard([info], [])
-                if keep:
-                    data = shardfmt.serialize_shard(shard)
-                    atomic_write(self._shard_path(h, False), data, durable=False)
-                self._register(h, shard)
+                if self._register(h, shard) is not None and keep:
+                    with self._lock:
+                        self._unkept[h] = shard  # on disk once read: not 1,000 files a batch
             return set(blocks)
 
         if len(batches) == 1:
