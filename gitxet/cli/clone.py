@@ -352,6 +352,8 @@ def _check_out(target: str, settings: Any, prepared: _Prepared | None) -> int:
         except MaterializeError as exc:  # those files stay pointers, as git would write them
             kept = [p for p, why in exc.failures if not isinstance(why, LocalChangesError)]
             repo.checkout_pointer_text(kept)
+            if not any(isinstance(why, OSError) for _, why in exc.failures):
+                process.config_unset(target, UNFINISHED)  # as done as a checkout would be
             raise
     finally:
         gc.unfreeze()

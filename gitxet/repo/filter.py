@@ -252,7 +252,8 @@ class FilterHandler:
         """git's smudge: a pointer blob to its content (pointer text when ``lazy``);
         anything else passes through untouched."""
         head = read_up_to(src, MAX_POINTER_SIZE + 1)
-        ptr = try_pointer(head)
+        # a file git reads itself is never content (a hostile '.gitmodules filter=xet')
+        ptr = None if is_never_pointer(pathname) else try_pointer(head)
         if ptr is None:  # not ours: pass it through untouched
             dst.write(head)
             while chunk := src.read(1 << 20):

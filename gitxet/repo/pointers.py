@@ -17,6 +17,7 @@ from gitxet.git import process
 from gitxet.git.catfile import batch_read
 from gitxet.git.paths import unsafe_path
 from gitxet.git.worktree import WorkTree
+from gitxet.git.xetconfig import is_never_pointer
 
 __all__ = [
     "PointerFile",
@@ -113,7 +114,8 @@ def pointer_files(
 ) -> list[PointerFile]:
     """Pointer files of a revision (or of the index when ``rev`` is None), limited to the
     pathspecs ``paths``; whether each is materialized is checked in ``worktree`` (None:
-    not checked). A hostile tree's unsafe paths (``.git/x``, ``../x``) are never listed."""
+    not checked). A hostile tree's unsafe paths (``.git/x``, ``../x``) are never listed,
+    nor the files git reads itself (``.gitmodules``...: never written as content)."""
     entries: list[tuple[str, bytes]] = []
     if rev is None:
         index = process.index_files(cwd, paths)
@@ -138,6 +140,8 @@ def pointer_files(
         wt = stack.enter_context(WorkTree(worktree)) if worktree is not None else None
         for path, ptr in read_pointer_blobs(cwd, small):
             p = os.fsdecode(path)
+            if is_never_pointer(p):
+                continue  # git reads it itself: its text stays (a hostile .gitmodules)
             result.append(PointerFile(p, ptr, is_materialized(wt, p, ptr)))
     return result
 

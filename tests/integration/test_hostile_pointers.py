@@ -1,0 +1,88 @@
+"""Pointer text where git would not expect content: a tree an attacker wrote, whose
+``.gitattributes`` sets the xet filter on everything, ``.git*`` included, and whose
+``.gitignore``, symlink and submodule entries look like pointers; a pointer whose size is
+2**63-1. A clone and a checkout write only what git would, and say what is wrong."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def run(cwd: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(list(args), cwd=cwd, input=data, capture_output=True, timeout=120)
+
+
+def ok(cwd: Path, *args: str, data: bytes | None = None) -> str:
+    r = run(cwd, *args, data=data)
+    assert r.returncode == 0, f"{args}: {r.stderr.decode()}"
+    return r.stdout.decode().strip()
+
+
+def test_pointer_text_git_reads_or_links_is_never_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    remote, work = tmp_path / "remote.git", tmp_path / "work"
+    ok(tmp_path, "git", "init", "-q", "--bare", str(remote))
+    ok(tmp_path, "git", "init", "-q", str(work))
+    ok(work, "git", "remote", "add", "origin", str(remote))
+    ok(work, "git-xet", "init")
+    content = os.urandom(300_000)
+    (work / "a.bin").write_bytes(content)
+    ok(work, "git-xet", "add", "a.bin", ".gitattributes", ".xetconfig")
+    ok(work, "git", "commit", "-qm", "base")
+    ok(work, "git", "push", "-q", "origin", "main")
+    ptr = run(work, "git", "cat-file", "blob", "HEAD:a.bin").stdout
+    huge = ptr.replace(b"size 300000\n", b"size 9223372036854775807\n")
+    ga = b"* filter=xet diff=xet merge=xet -text\n.git* filter=xet\n"
+
+    def blob(data: bytes) -> str:
+        return ok(work, "git", "hash-object", "-w", "--stdin", data=data)
+
+    p, base = blob(ptr), ok(work, "git", "rev-parse", "HEAD")
+    tree = ok(
+        work,
+        "git",
+        "mktree",
+        data=(
+            f"100644 blob {blob(ga)}\t.gitattributes\n"
+            f"100644 blob {p}\t.gitignore\n"
+            f"100644 blob {ok(work, 'git', 'rev-parse', 'HEAD:.xetconfig')}\t.xetconfig\n"
+            f"100644 blob {p}\ta.bin\n"
+            f"100644 blob {blob(huge)}\thuge.bin\n"
+            f"120000 blob {p}\tlink.bin\n"
+            f"160000 commit {base}\tmodel.bin\n"
+        ).encode(),
+    )
+    commit = ok(work, "git", "commit-tree", tree, "-p", "HEAD", "-m", "hostile")
+    ok(work, "git", "push", "-q", "origin", f"{commit}:refs/heads/hostile")
+
+    clone = tmp_path / "clone"
+    r = run(tmp_path, "git-xet", "clone", "-b", "hostile", str(remote), str(clone))
+    err = r.stderr.decode()
+    assert r.returncode == 3 and "Traceback" not in err, err  # the integrity error
+    assert "huge.bin: integrity error" in err and "pointer says 9223372036854775807" in err
+    assert (clone / "a.bin").read_bytes() == content
+    assert (clone / "huge.bin").read_bytes() == huge  # left as its pointer
+    assert (clone / ".gitignore").read_bytes() == ptr  # git reads it: never content
+    assert os.readlink(clone / "link.bin") == ptr.decode()  # a symlink stays one
+    assert os.listdir(clone / "model.bin") == []  # a submodule git did not clone
+    assert run(clone, "git", "config", "xet.cloneUnfinished").stdout == b""  # done as it can be
+    listed = ok(clone, "git-xet", "ls-files").splitlines()
+    assert sorted(line.split(" ", 2)[2] for line in listed) == ["a.bin", "huge.bin"]
+
+    # git's own checkout runs the smudge filter on each of them
+    plain = tmp_path / "plain"
+    ok(tmp_path, "git-xet", "install")
+    r = run(tmp_path, "git", "clone", "-q", "-b", "main", str(remote), str(plain))
+    assert r.returncode == 0, r.stderr.decode()
+    r = run(plain, "git", "checkout", "-q", "hostile")
+    assert r.returncode != 0 and b"huge.bin" in r.stderr  # its smudge refused, by name
+    assert (plain / ".gitignore").read_bytes() == ptr
