@@ -171,10 +171,7 @@ class NodeCache:
         self._sweep_tmp()
         self._drop_stale_reservations()
 
-    def _start(self) -> None:
-        """This process's connection and state (again in a forked child: an sqlite
-        connection must not cross a fork, and locks may have been held by other threads)."""
-        self._pid = os.getpid()
+    def _connect(self) -> sqlite3.Connection:
         try:
             db = sqlite3.connect(
                 os.path.join(self.root, "index.sqlite"),
@@ -187,7 +184,22 @@ class NodeCache:
             db.executescript(_SCHEMA)
         except sqlite3.Error as e:
             raise StoreError(f"cannot open the cache at {self.root}: {e}") from None
-        self._db_conn = db
+        return db
+
+    def _index_id(self) -> tuple[int, int] | None:
+        """(device, inode) of the index file now, or None when it is gone."""
+        try:
+            st = os.stat(os.path.join(self.root, "index.sqlite"))
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _start(self) -> None:
+        """This process's connection and state (again in a forked child: an sqlite
+        connection must not cross a fork, and locks may have been held by other threads)."""
+        self._pid = os.getpid()
+        self._db_conn = self._connect()
+        self._opened_index = self._index_id()
         self._db_lock = threading.Lock()
         self._lock = threading.Lock()  # guards the dicts below; never held during I/O
         self._known: LRUCache[bytes, list[_Range]] = LRUCache(4096)
@@ -200,6 +212,34 @@ class NodeCache:
     def _after_fork(self) -> None:
         if self._pid != os.getpid():
             self._start()  # the parent's connection is left alone (never closed here)
+
+    def _reopen_if_gone(self) -> None:
+        """Open the cache again when its directory was deleted or replaced under this
+        process (``rm -rf`` of the cache while a mount runs): the old index is then a
+        deleted file no other process sees, and range files written through it would land
+        uncounted in the directory that replaced it (or nowhere)."""
+        now = self._index_id()
+        if now is not None and now == self._opened_index:
+            return
+        with self._db_lock:
+            now = self._index_id()
+            if now is not None and now == self._opened_index:
+                return  # (another thread did it)
+            try:
+                os.makedirs(self._data, mode=0o700, exist_ok=True)
+                os.makedirs(self._tmp, mode=0o700, exist_ok=True)
+                db = self._connect()
+            except (OSError, StoreError):
+                return  # writes keep failing quietly; reads go to the server
+            old, self._db_conn = self._db_conn, db
+            self._opened_index = self._index_id()
+            with contextlib.suppress(sqlite3.Error):
+                old.close()
+        with self._lock:
+            self._known.clear()
+            self._touched.clear()
+        self._open.clear()  # (row ids start again in the new index)
+        log.warning("node cache: %s was deleted or replaced: opened it again", self.root)
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -567,6 +607,7 @@ class NodeCache:
         n = sum(len(v) for v in views)
         if n == 0 or n > self.max_bytes:
             return False
+        self._reopen_if_gone()
         rowid = self._reserve(xorb, cs, ce, dlo, n)
         if rowid is None:
             return False

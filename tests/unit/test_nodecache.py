@@ -298,3 +298,33 @@ def test_a_range_written_to_after_it_was_hashed_is_hashed_again(tmp_path: Path) 
     assert lay.put(cache, 0, 20)
     assert cache.read(lay.xorb, lay, 50, 150) == lay.data[50:150]
     cache.close()
+
+
+def test_a_cache_deleted_under_a_process_is_opened_again(tmp_path: Path) -> None:
+    # `rm -rf` of the cache while a mount runs: its writes went to a deleted index, and,
+    # once another process had made the cache again, into files no index counted (never
+    # evicted, beyond the cap)
+    import shutil
+
+    root = tmp_path / "c"
+    lay = Lay(12)
+    offs = lay.data_offsets
+    mount = NodeCache(str(root), 1 << 20)
+    assert lay.put(mount, 0, 10)
+    shutil.rmtree(root)
+    other = NodeCache(str(root), 1 << 20)  # another process makes the cache again
+    assert lay.put(mount, 10, 20)
+    assert other.read(lay.xorb, lay, offs[10], offs[20]) == lay.data[offs[10] : offs[20]]
+    on_disk = sum(f.stat().st_size for f in (root / "data").rglob("*") if f.is_file())
+    assert on_disk == offs[20] - offs[10] == cache_total(str(root)) == other.total_bytes
+    assert mount.read(lay.xorb, lay, 0, offs[3]) is None  # (gone with the directory)
+    assert mount.read(lay.xorb, lay, offs[12], offs[15]) == lay.data[offs[12] : offs[15]]
+    other.close()
+    # and alone: the process makes the cache again itself
+    shutil.rmtree(root)
+    assert lay.put(mount, 20, 30)
+    assert cache_total(str(root)) == offs[30] - offs[20]
+    fresh = NodeCache(str(root), 1 << 20)
+    assert fresh.read(lay.xorb, lay, offs[21], offs[22]) == lay.data[offs[21] : offs[22]]
+    fresh.close()
+    mount.close()
