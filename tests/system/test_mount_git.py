@@ -255,7 +255,7 @@ def test_unmount_of_a_busy_mount_says_so_and_keeps_serving(
             assert "fusermount3" not in r.stderr and "Traceback" not in r.stderr
             assert mounted(mnt) and held.read() == v2["small.txt"]
             assert (mnt / "big/mid.bin").read_bytes() == v2["big/mid.bin"]
-            assert f"{mnt}\tok\t" in run("git-xet", "mounts", cwd=tmp_path).stdout
+            assert str(mnt) in run("git-xet", "mounts", cwd=tmp_path).stdout
         run("git-xet", "unmount", str(mnt), cwd=tmp_path)
         assert not mounted(mnt) and os.listdir(mnt) == []
     finally:
