@@ -42,6 +42,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -615,6 +616,14 @@ class Dataset:
             return process.rev_parse(self.git_dir, f"{rev}^{{commit}}")
         except GitObjectNotFoundError:
             raise NotFoundError(f"no such revision {rev!r} in {self.description}") from None
+        except GitError as exc:  # a tree or blob (its id, 'v1^{tree}'): git's words were
+            # "git: v1^{tree}^{commit}: expected commit type, but the object dereferences..."
+            found = re.search(r"dereferences to (\w+) type", str(exc))
+            if found is None:
+                raise
+            raise NotFoundError(
+                f"{rev!r} in {self.description} is a {found.group(1)}, not a commit"
+            ) from None
 
     def check_subdir(self, commit: str, subdir: str) -> None:
         """Raise :class:`NotFoundError` unless ``subdir`` is a directory of ``commit``.

@@ -345,6 +345,10 @@ def test_open_dataset_bad_specs(tmp_path: Path, repos: dict[str, Path]) -> None:
     for rev in ("no-such-branch", "-x", "", "main:f"):
         with pytest.raises(NotFoundError, match="no such revision"):
             ds.resolve(rev)
+    tree = git(repos["work"], "rev-parse", "main^{tree}")
+    for rev in ("main^{tree}", tree, tree[:12]):  # (was a bare git error, exit 1)
+        with pytest.raises(NotFoundError, match=r"is a tree, not a commit"):
+            ds.resolve(rev)
 
 
 def test_open_commit_resolves_revision_and_subdir(repos: dict[str, Path]) -> None:
