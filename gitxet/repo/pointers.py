@@ -60,13 +60,16 @@ def read_pointer_blobs(
     """
     if not oids:
         return
-    paths = [path for _, path in oids]
-    # one pipelined cat-file for all of them: no round trip per blob
-    answers = batch_read(cwd, [oid for oid, _ in oids], MAX_POINTER_SIZE)
-    for path, (oid, info, data) in zip(paths, answers, strict=True):
+    # one pipelined cat-file for all of them: no round trip per blob, and each distinct
+    # blob read and parsed once (a tree of 100,000 copies of one file: one read)
+    unique = list(dict.fromkeys(oid for oid, _ in oids))
+    found: dict[str, Pointer | None] = {}
+    for oid, info, data in batch_read(cwd, unique, MAX_POINTER_SIZE):
         if info is None:
             raise GitObjectNotFoundError(oid)
-        ptr = try_pointer(data) if info.type == "blob" and data else None
+        found[oid] = try_pointer(data) if info.type == "blob" and data else None
+    for oid, path in oids:
+        ptr = found[oid]
         if ptr is not None:
             yield path, ptr
 
@@ -129,7 +132,7 @@ def pointer_files(
                     continue  # a hostile tree's '.git/x', '../x': never a file of ours
                 if e.size is not None and e.size <= MAX_POINTER_SIZE:
                     entries.append((e.oid, e.path))
-    sizes = process.blob_sizes(cwd, [oid for oid, _ in entries])
+    sizes = process.blob_sizes(cwd, list(dict.fromkeys(oid for oid, _ in entries)))
     small = [
         (oid, path)
         for oid, path in entries

@@ -137,3 +137,31 @@ def test_a_path_the_file_system_cannot_hold_is_listed_not_materialized(
         assert found == {
             "data/a.bin": False, "b.bin": False, long: False, f"d/{long}/x.bin": False
         }  # fmt: skip
+
+
+def test_copies_of_one_blob_are_read_once(
+    git_repo: Path, run_git_cmd: Git, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tree of many copies of a few blobs (an attacker's 100,000 entries of one pointer):
+    every path is listed, each distinct blob is asked of git and parsed once."""
+    import gitxet.repo.pointers as pointers
+
+    files = {f"flat/{i:04d}.bin": (A if i % 3 else B).encode() for i in range(600)}
+    files["flat/plain.txt"] = b"not a pointer\n"
+    commit(git_repo, run_git_cmd, files, "copies")
+    asked: list[str] = []
+    real = pointers.batch_read
+
+    def counting(cwd: object, names: list[str], max_size: int) -> object:
+        asked.extend(names)
+        return real(cwd, names, max_size)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pointers, "batch_read", counting)
+    for rev in ("HEAD", None):
+        asked.clear()
+        listed = pointer_files(str(git_repo), git_repo, rev)
+        assert len(listed) == 600
+        assert {f.path: f.pointer for f in listed} == {
+            p: Pointer.decode(d) for p, d in files.items() if p.endswith(".bin")
+        }
+        assert sorted(asked) == sorted(set(asked)) and len(asked) == 3  # A, B, plain.txt
