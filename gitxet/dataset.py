@@ -477,9 +477,13 @@ def fetch_from_any(
 
 def _known_files(remote: CASRemote, hashes: list[bytes]) -> list[bytes]:
     """Those of ``hashes`` that ``remote`` describes (an embedded store answers from its
-    index, without reading a shard per file)."""
+    index, a CAS server in batches, without reading a shard per file)."""
     by_name = getattr(remote, "shard_names_for_files", None)
     if by_name is None:
+        absent = getattr(remote, "missing_files", None)
+        if absent is not None:  # a CAS server: one presence request per 10,000 files
+            gone = absent(hashes)
+            return [h for h in hashes if h not in gone]
         return [h for h in hashes if remote.shards_for_file(h)]
     unknown = set(by_name(hashes)[1])
     return [h for h in hashes if h not in unknown]
