@@ -101,6 +101,21 @@ TIER_ATTEMPTS = RetryPolicy(attempts=2, base_delay=0.25)
 log = logging.getLogger(__name__)
 
 
+def _keep(path: str, data: bytes) -> None:
+    """Write a description into the cache, best effort: a cache that cannot be written (a
+    full disk, read-only) fails no read; only an ``--offline`` one misses it later."""
+    try:
+        atomic_write(path, data, durable=False)
+    except OSError as exc:  # said once a process: a full cache fails every write
+        (log.debug if _unkept_said.is_set() else log.warning)(
+            "not kept in the cache (reads go on without it): %s: %s", path, exc
+        )
+        _unkept_said.set()
+
+
+_unkept_said = threading.Event()
+
+
 class CacheMissError(GitxetError):
     """Offline, and the data is not in the cache."""
 
@@ -303,10 +318,8 @@ class RemoteChunkSource:
             shard = self._call(lambda c: c.get_file_shard(file_hash, with_xorbs=full))
         except FileNotFoundInCASError:
             return None
-        atomic_write(
-            self._shard_path(file_hash, full or bool(shard.xorbs)),
-            shardfmt.serialize_shard(shard),
-            durable=False,
+        _keep(
+            self._shard_path(file_hash, full or bool(shard.xorbs)), shardfmt.serialize_shard(shard)
         )
         return shard
 
@@ -321,10 +334,7 @@ class RemoteChunkSource:
             info = self._files.get(file_hash)
             unkept = self._unkept.pop(file_hash, None) if info is not None else None
         if unkept is not None:
-            # (best effort: a cache that cannot be written fails no read)
-            with contextlib.suppress(OSError):
-                data = shardfmt.serialize_shard(unkept)
-                atomic_write(self._shard_path(file_hash, False), data, durable=False)
+            _keep(self._shard_path(file_hash, False), shardfmt.serialize_shard(unkept))
         if info is not None:
             return info
         shard = self.file_shard(file_hash, with_xorbs=False)
@@ -451,11 +461,7 @@ class RemoteChunkSource:
         lay = RemoteLayout(loc.chunk_hashes, offs, _units(offs, self.unit))
         sizes = [b - a for a, b in itertools.pairwise(offs)]
         block = shardfmt.XorbInfo.from_chunks(xorb_hash, loc.chunk_hashes, sizes)
-        atomic_write(
-            self._layout_path(xorb_hash),
-            shardfmt.serialize_shard(shardfmt.Shard([], [block])),
-            durable=False,
-        )
+        _keep(self._layout_path(xorb_hash), shardfmt.serialize_shard(shardfmt.Shard([], [block])))
         with self._lock:
             return self._layouts.setdefault(xorb_hash, lay)
 
@@ -1026,7 +1032,7 @@ def http_remote_factory(
             found = discover(url, token=tok)
             endpoint = found.cas_url
             tok = tok or found.access_token
-            atomic_write(record, json.dumps({"cas_url": endpoint}).encode(), durable=False)
+            _keep(record, json.dumps({"cas_url": endpoint}).encode())
         live: TokenSource = tok
         if rotating and token is None and token_lookup is not None:
             # a token file: looked up before every request (a stat unless it changed), so

@@ -105,3 +105,19 @@ def test_mount_and_clone_with_a_read_only_cache_dir(
     assert WARNING in r.stderr
     assert (tmp_path / "clone" / "big.bin").read_bytes() == data
     assert os.listdir(readonly_dir) == []
+
+
+def test_clone_with_a_cache_whose_writes_fail(pushed: tuple[str, bytes], tmp_path: Path) -> None:
+    """A cache directory that can be written at first but whose later writes fail (a disk
+    that fills while the clone runs; here its subdirectories are files): the clone reads
+    on without the cache and says so once ('No space left on device' from the description
+    of the first xorb failed every file of the clone)."""
+    url, data = pushed
+    cache = tmp_path / "filling"
+    cache.mkdir()
+    for sub in ("shards", "endpoints"):
+        (cache / sub).write_bytes(b"")
+    r = run("git-xet", "clone", url, str(tmp_path / "clone"), cwd=tmp_path,
+            env={"GITXET_CACHE_DIR": str(cache)})  # fmt: skip
+    assert (tmp_path / "clone" / "big.bin").read_bytes() == data
+    assert r.stderr.count("not kept in the cache (reads go on without it)") == 1, r.stderr
