@@ -77,6 +77,8 @@ _T = TypeVar("_T")
 URL_TTL = 300.0
 #: decoded bytes per aligned range of a sequential read (one ranged GET)
 UNIT = 8 << 20
+#: the smallest aligned range, for node caches too small to hold :data:`UNIT` four times
+MIN_UNIT = 64 << 10
 #: the read-ahead window of a sequential reader when it starts
 INITIAL_WINDOW = 8 << 20
 #: the largest read-ahead window (``--prefetch``)
@@ -194,7 +196,9 @@ class RemoteChunkSource:
         self.offline = offline
         # a window larger than a fraction of the cache would evict itself before it is read
         self.max_window = max(0, min(max_window, cache.max_bytes // 4))
-        self.unit = unit
+        # and an aligned range larger than that is never cached: each read of a sequential
+        # reader would fetch its whole range again (56x the file through a 1 MiB cache)
+        self.unit = max(MIN_UNIT, min(unit, cache.max_bytes // 4))
         self._workers = max(1, workers)
         self._pid = os.getpid()
         self._pool: ThreadPoolExecutor | None = None

@@ -516,3 +516,23 @@ def test_a_sequential_first_read_fetches_while_the_other_layouts_are_asked(
         assert reader.read(100, 10) == b"".join(parts)[100:110] and fetching.is_set()
         src.close()
         cache.close()
+
+
+def test_a_sequential_reader_through_a_tiny_cache_fetches_each_byte_about_once(
+    served: tuple[str, str, Upload], tmp_path: Path
+) -> None:
+    # With a cap below the 8 MiB aligned ranges, no range could be cached: each 128 KiB
+    # read of a sequential reader fetched its whole range again (a 10 MiB file through a
+    # 1 MiB cache: 67 MiB over the network).
+    url, token, up = served
+    with CASClient(url, token) as client:
+        cache = NodeCache(str(tmp_path / "ranges"), 1 << 20)
+        src = RemoteChunkSource(client, cache, str(tmp_path / "shards"))
+        reader = FileReader(src, up.file_hash)
+        step = 128 << 10
+        got = b"".join(reader.read(o, step) for o in range(0, len(up.data), step))
+        assert got == up.data
+        assert src.fetched_bytes <= 1.5 * len(up.data), src.fetched_bytes
+        assert cache.total_bytes <= 1 << 20
+        src.close()
+        cache.close()
