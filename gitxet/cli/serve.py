@@ -182,6 +182,8 @@ def serve_cmd(
         raise typer.BadParameter("give --root (a server) or --upstream (a cache tier)")
     if cache_dir is not None:
         raise typer.BadParameter("--cache-dir is for a cache tier (--upstream)")
+    if cache_size != DEFAULT_CACHE_SIZE:  # a server keeps no cache: never ignore it silently
+        raise typer.BadParameter("--cache-size is for a cache tier (--upstream)")
     cfg = ServerConfig(
         root=root,
         host=host,

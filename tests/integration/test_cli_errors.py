@@ -247,6 +247,13 @@ CASES = [
         "--port",
     ),
     Case(
+        "serve a --cache-size without --upstream (a server keeps no cache)",
+        ("serve", "--root", "{tmp}/srv2", "--port", "0", "--cache-size", "abc"),
+        "work",
+        USAGE,
+        "--cache-size is for a cache tier",
+    ),
+    Case(
         "serve a --root that is a file",
         ("serve", "--root", "{work}/big.bin", "--port", "0"),
         "work",
