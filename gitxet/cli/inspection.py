@@ -49,9 +49,19 @@ def _upstream(repo) -> tuple[str | None, str | None]:  # type: ignore[no-untyped
     return remote, None
 
 
-def _status(repo) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def _remote_url_or_none(repo, remote: str) -> str | None:  # type: ignore[no-untyped-def]
+    """The remote's URL without credentials; None when ``remote`` names no configured remote
+    (xet.remote set to a name git does not know) and is not itself a URL or path."""
     from gitxet.git import process
     from gitxet.settings import strip_credentials
+
+    if remote in process.list_remotes(repo.cwd) or "/" in remote or ":" in remote:
+        return strip_credentials(repo.remote_url(remote) or "")
+    return None
+
+
+def _status(repo) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    from gitxet.git import process
 
     head = process.head_commit(repo.cwd)
     index = repo.pointer_files(None)
@@ -79,7 +89,7 @@ def _status(repo) -> dict[str, Any]:  # type: ignore[no-untyped-def]
         "commit": head,
         "remote": None
         if remote is None
-        else {"name": remote, "url": strip_credentials(repo.remote_url(remote) or "")},
+        else {"name": remote, "url": _remote_url_or_none(repo, remote)},
         "pointer_files": {
             "total": len(tree),
             "materialized": sum(1 for f in tree if f.materialized),
@@ -117,7 +127,12 @@ def status_cmd(
             typer.echo(f"{f['staged'] or ' '}{f['unstaged'] or ' '} {shown(f['path'])}")
         return
     remote = st["remote"]
-    where = f" (remote {remote['name']}: {remote['url']})" if remote else " (no remote)"
+    if remote is None:
+        where = " (no remote)"
+    elif remote["url"] is None:
+        where = f" (remote {remote['name']}: no such remote; see 'git remote -v', xet.remote)"
+    else:
+        where = f" (remote {remote['name']}: {remote['url']})"
     typer.echo(f"On branch {st['branch'] or '(detached HEAD)'}{where}")
     if st["to_push"]:
         typer.echo(f"Large files to be pushed to {remote['name']}:")

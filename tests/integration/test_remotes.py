@@ -8,6 +8,7 @@ remote has the data, the error names each remote and what it answered.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -161,3 +162,18 @@ def test_when_no_remote_has_the_data_each_one_is_named(fork: dict[str, object]) 
     assert r.returncode != 0 and "upstream" in r.stderr and "does not have it" in r.stderr
     r = xet("fetch", cwd=clone, check=False)
     assert r.returncode == 4 and "ghost.bin" in r.stderr and "gone" in r.stderr, r.stderr
+
+
+def test_status_names_an_xet_remote_git_does_not_know(tmp_path: Path) -> None:
+    """xet.remote set to a name git has no remote for: status says so (it showed
+    'remote nosuch: nosuch', as if the name were its URL); push refuses it."""
+    work = tmp_path / "work"
+    git("init", "-q", str(work), cwd=tmp_path)
+    xet("init", cwd=work)
+    git("config", "xet.remote", "nosuch", cwd=work)
+    out = xet("status", cwd=work).stdout
+    assert "remote nosuch: no such remote" in out.splitlines()[0]
+    shown = json.loads(xet("status", "--json", cwd=work).stdout)
+    assert shown["remote"] == {"name": "nosuch", "url": None}
+    push = xet("push", cwd=work, check=False)
+    assert push.returncode != 0 and "no remote named 'nosuch'" in push.stderr
