@@ -56,13 +56,19 @@ def sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
+def xet_work_tree(tmp_path: Path) -> Path:
+    """A new git repository at tmp_path/work with gitxet initialised in it."""
+    work = tmp_path / "work"
+    run("git", "init", "-q", str(work), cwd=tmp_path)
+    run("git-xet", "init", cwd=work)
+    return work
+
+
 def test_clone_edit_push_mount_over_http(srv: tuple[str, str, str], tmp_path: Path) -> None:
     host, write, read = srv
     url = f"http://user:{write}@{host}/data.git"
     tok = {"GITXET_TOKEN": write}
-    work = tmp_path / "work"
-    run("git", "init", "-q", str(work), cwd=tmp_path)
-    run("git-xet", "init", cwd=work)
+    work = xet_work_tree(tmp_path)
     rnd = random.Random(5)
     big = rnd.randbytes(6 << 20)
     (work / "big.bin").write_bytes(big)
@@ -157,9 +163,7 @@ def test_xet_paths_use_the_cli_settings(
     url = f"http://{host}/data.git"
     tok = {"GITXET_TOKEN": write}
     run("git-xet", "install", cwd=tmp_path)
-    work = tmp_path / "work"
-    run("git", "init", "-q", str(work), cwd=tmp_path)
-    run("git-xet", "init", cwd=work)
+    work = xet_work_tree(tmp_path)
     data = random.Random(9).randbytes(3 << 20)
     (work / "d.bin").write_bytes(data)
     run("git-xet", "add", ".", cwd=work)
@@ -210,9 +214,7 @@ def test_hf_xet_upload_is_smudgeable_by_gitxet(srv: tuple[str, str, str], tmp_pa
         "version https://gitxet.dev/spec/v1\n"
         f"oid sha256:{sha(data)}\nsize {len(data)}\nxet-hash {res.hash}\n"
     )
-    work = tmp_path / "work"
-    run("git", "init", "-q", str(work), cwd=tmp_path)
-    run("git-xet", "init", cwd=work)
+    work = xet_work_tree(tmp_path)
     (work / "weights.bin").write_text(ptr)
     run("git", "add", "weights.bin", cwd=work, env={"GITXET_LAZY": "1"})
     run("git", "commit", "-qm", "pointer to hf_xet data", cwd=work)
@@ -232,9 +234,7 @@ def test_partial_clone_fetches_pointer_blobs_when_checked_out(
     host, write, _read = srv
     url = f"http://user:{write}@{host}/part.git"
     tok = {"GITXET_TOKEN": write}
-    work = tmp_path / "work"
-    run("git", "init", "-q", str(work), cwd=tmp_path)
-    run("git-xet", "init", cwd=work)
+    work = xet_work_tree(tmp_path)
     rnd = random.Random(11)
     (work / "a.bin").write_bytes(rnd.randbytes(400_000))
     (work / "a.txt").write_text("on main\n")
