@@ -194,6 +194,39 @@ def test_a_copy_checks_the_terms_alongside_its_first_fetches_and_writes_nothing_
         cache.close()
 
 
+def test_a_small_copy_checks_its_terms_first_on_its_own_thread(
+    served: tuple[str, str, Upload], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file under CHECK_ALONGSIDE_MIN is checked before its copy, on the copying thread
+    (no thread per file in a clone of many small files); a liar still writes nothing."""
+    from gitxet.data import reconstruct
+
+    url, token, up = served
+    monkeypatch.setattr(reconstruct, "CHECK_ALONGSIDE_MIN", len(up.data) + 1)
+    ran_on: list[str] = []
+    check = FileReader._verify_structure
+
+    def spied(reader: FileReader, info: Any) -> None:
+        ran_on.append(threading.current_thread().name)
+        check(reader, info)
+
+    monkeypatch.setattr(FileReader, "_verify_structure", spied)
+    with CASClient(url, token) as client:
+        cache, src = _source(client, tmp_path, unit=1 << 20)
+        good = io.BytesIO()
+        assert FileReader(src, up.file_hash, copy=True).copy_to(good) == len(up.data)
+        assert good.getvalue() == up.data
+        assert ran_on == [threading.current_thread().name]
+        real = src.file_info
+        monkeypatch.setattr(src, "file_info", lambda _h: real(up.file_hash))
+        out = io.BytesIO()
+        with pytest.raises(IntegrityError, match="do not hash to the file hash"):
+            FileReader(src, bytes(32 * [7]), copy=True).copy_to(out)
+        assert out.getvalue() == b""
+        src.close()
+        cache.close()
+
+
 def test_concurrent_readers_share_each_fetch(
     served: tuple[str, str, Upload], tmp_path: Path
 ) -> None:
