@@ -68,6 +68,15 @@ def hash_small(data: bytes) -> Hashed:
     return Hashed(chunks, hashes, fh, hashlib.sha256(data).hexdigest())
 
 
+def unchanged(dedup: RemoteDedup | None, hashed: Hashed, size: int) -> IngestResult | None:
+    """What adding a file of ``size`` bytes hashing to ``hashed`` gives when its content is
+    a version its path has (:meth:`RemoteDedup.holds`): nothing to store, nothing to ask.
+    None for any other content."""
+    if dedup is None or not dedup.holds(hashed.file_hash):
+        return None
+    return IngestResult(hashed.file_hash, size, hashed.sha256, len(hashed.hashes), 0, size)
+
+
 @dataclass
 class _Term:
     xorb: XorbRef
@@ -255,6 +264,9 @@ class Ingestor:
         thread, without the pipeline's thread hand-offs (which cost more than the work).
         ``hashed``: :func:`hash_small` of exactly these bytes, computed earlier."""
         h = hashed or hash_small(data)
+        same = unchanged(self.dedup, h, len(data))
+        if same is not None:
+            return same
         acc = _FileAcc()
         self._add_block(acc, h.chunks, h.hashes, compress=False)
         return self._finish_file(acc, h.file_hash, len(data), h.sha256)

@@ -7,6 +7,10 @@ upload step 2, ``xet-protocol.md`` §9):
   pointer the path had (in ``HEAD``, or in the index) names a file the server holds; its
   shard (the server's file shard, kept in the node cache directory) lists every chunk hash
   of every xorb that file uses. An edit of that file then finds all its unchanged chunks.
+  The shard is asked for at the first lookup of a chunk nothing here knows, not before: a
+  file whose content *is* that version (git re-cleans the files a checkout just wrote when
+  it cannot trust their timestamps, thousands after a clone) costs no request
+  (:meth:`RemoteDedup.holds`).
 * **The server's global dedup.** A chunk that nothing local knows and that is *eligible*
   (the first chunk of a file, or one whose hash's last word is 0 mod 1024) is asked for
   with ``GET /v1/chunks/default/<hash>``. The answer is a shard of xorbs holding it whose
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from gitxet.errors import GitxetError
@@ -65,10 +69,38 @@ class RemoteDedup:
         self._now = now
         self._lock = threading.Lock()
         self._known: dict[bytes, tuple[bytes, int]] = {}
-        self._files: set[bytes] = set()
+        self._files: set[bytes] = set()  # files whose shard was asked for
+        self._told: set[bytes] = set()  # files :meth:`versions` named
+        self._pending: list[bytes] = []  # the current file's versions, not asked for yet
+        self._learning = threading.Lock()  # one thread asks for the pending shards
         self._answers: list[_Answer] = []
         self._asked: set[bytes] = set()
         self.queries = 0
+
+    def versions(self, file_hashes: Iterable[bytes]) -> None:
+        """The versions the file about to be added had (its pointers in ``HEAD`` and in the
+        index; the files before it are done): their chunks are learned at its first lookup
+        of a chunk unknown here, a shard each (once per file), not now."""
+        with self._lock:
+            hashes = list(dict.fromkeys(file_hashes))
+            if len(self._told) > MAX_KNOWN_CHUNKS:
+                self._told.clear()
+            self._told.update(hashes)
+            self._pending = [h for h in hashes if h not in self._files]
+
+    def holds(self, file_hash: bytes) -> bool:
+        """Whether ``file_hash`` is a version :meth:`versions` named: content hashing to it
+        is what the commit has already, nothing to store and nothing to ask."""
+        with self._lock:
+            return file_hash in self._told
+
+    def _learn_pending(self) -> None:
+        """Ask for the shards of the pending versions (a thread asking waits for another's)."""
+        with self._learning:
+            with self._lock:
+                pending, self._pending = self._pending, []
+            for h in pending:
+                self.add_file(h)
 
     def add_file(self, file_hash: bytes) -> None:
         """Learn the chunks of a file the server holds (its shard; once per file)."""
@@ -97,6 +129,7 @@ class RemoteDedup:
         ``first_in_file``: ``hashes[0]`` is a file's first chunk (always eligible for a
         global-dedup query).
         """
+        self._learn_pending()  # (waits while another thread asks for them)
         out: dict[bytes, tuple[bytes, int]] = {}
         rest: list[tuple[int, bytes]] = []
         with self._lock:

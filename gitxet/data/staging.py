@@ -41,7 +41,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO
 
-from gitxet.data.clean import Hashed, Ingestor, IngestResult
+from gitxet.data.clean import Hashed, Ingestor, IngestResult, hash_small, unchanged
 from gitxet.data.dedup import RemoteDedup
 from gitxet.formats import xorb as xorbfmt
 from gitxet.store.cas import LocalCAS
@@ -144,6 +144,14 @@ class StagedIngest:
         if len(head) <= self.stage_max:
             head += read_up_to(stream, self.stage_max + 1 - len(head))
         known = hashed(head) if hashed is not None and len(head) <= self.stage_max else None
+        dedup = self.dedup
+        if dedup is not None and len(head) <= self.stage_max:
+            # a version the path has already (git re-cleaning a file it just checked out):
+            # nothing to journal, store or ask the server
+            known = known or hash_small(head)
+            same = unchanged(dedup, known, len(head))
+            if same is not None:
+                return same
         with self._lock:
             self._check_storing()
             ing = self._session()

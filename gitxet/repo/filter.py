@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 from gitxet.data.clean import Hashed, Ingestor, IngestResult, hash_small
 from gitxet.data.dedup import RemoteDedup
-from gitxet.data.staging import StagedIngest
+from gitxet.data.staging import STAGE_MAX, StagedIngest
 from gitxet.data.staging import recover as recover_staged
 from gitxet.dataset import chunk_source_of
 from gitxet.errors import ConfigError, GitError, GitxetError
@@ -176,8 +176,13 @@ class FilterHandler:
                 # what a dead filter session journaled is stored first, so this file finds
                 # those chunks (git re-cleans racily clean files with the one-shot filter)
                 self.recover_staged()
+            if len(head) <= STAGE_MAX:  # in memory: an unchanged file is known by its hash
+                head += read_up_to(src, STAGE_MAX + 1 - len(head))
             with Ingestor(self.cas, dedup=dedup) as ing:
-                result = ing.add_stream(io.BufferedReader(Chained(head, src), 8 << 20))
+                if len(head) <= STAGE_MAX:
+                    result = ing.add_bytes(head)
+                else:
+                    result = ing.add_stream(io.BufferedReader(Chained(head, src), 8 << 20))
                 ing.flush()
         self._record(path, result)
         ptr = Pointer(sha256=result.sha256, size=result.size, xet_hash=to_hex(result.file_hash))
@@ -185,8 +190,9 @@ class FilterHandler:
 
     def dedup_for(self, path: str = "") -> RemoteDedup | None:
         """Dedup against the default remote when it is a CAS server (None otherwise), having
-        learned the chunks of the file ``path`` names in ``HEAD`` and in the index: the
-        version an edit starts from (see :mod:`gitxet.data.dedup`)."""
+        told of the files ``path`` names in ``HEAD`` and in the index: the version an edit
+        starts from, whose chunks it learns when the content differs (see
+        :mod:`gitxet.data.dedup`)."""
         remotes = self.content.remotes
         if self._dedup is None:
             self._dedup = False
@@ -199,6 +205,7 @@ class FilterHandler:
         dedup = self._dedup
         if not isinstance(dedup, RemoteDedup):
             return None
+        versions: list[bytes] = []
         if path:
             with process.CatFile(self.cwd) as cf:
                 for spec in (f"HEAD:{path}", f":{path}"):
@@ -208,7 +215,8 @@ class FilterHandler:
                         continue
                     ptr = try_pointer(data) if kind == "blob" else None
                     if ptr is not None and ptr.size:
-                        dedup.add_file(from_hex(ptr.xet_hash))
+                        versions.append(from_hex(ptr.xet_hash))
+        dedup.versions(versions)  # asked for when an edit needs them, not for a same file
         return dedup
 
     @contextlib.contextmanager

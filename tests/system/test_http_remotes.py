@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -349,6 +350,42 @@ def test_plain_git_clone_of_many_pointers_asks_for_descriptions_in_batches(
     # (delayed smudges run on worker threads while git hands the others over inline: a
     # few batches, each of up to 1,000 files)
     assert 1 <= lines.count("POST /v1/file-shards") <= 12, lines
+
+
+def test_re_clean_of_unchanged_files_after_a_plain_clone_asks_the_server_nothing(
+    srv: tuple[str, str], tmp_path: Path
+) -> None:
+    """git re-cleans the files of a plain `git clone` whose timestamps it cannot trust
+    (racily clean: as many as its timing makes so, 587 of 100,000 once): a file whose
+    content is its version in HEAD costs no request (each asked for its HEAD version's
+    shard before, 109-525 KB each at 100,000 files); an edit still learns that shard, once,
+    to deduplicate against it."""
+    base, _ = srv
+    url = f"{base}/reclean.git"
+    xet("install", cwd=tmp_path)
+    _, files = push_small_pointers(tmp_path, url, 40, 29)
+    clone = tmp_path / "clone"
+    git("clone", "-q", url, str(clone), cwd=tmp_path)
+    assert git("status", "--porcelain", cwd=clone) == ""
+    # (nothing cached: git re-cleaned some of the files it wrote during the clone already,
+    # whose HEAD shards the cache then held)
+    shutil.rmtree(tmp_path / "cache")
+    # every file's timestamp changed, its content not: git re-cleans all of them
+    for name in files:
+        os.utime(clone / name, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+    with server_requests() as seen:
+        seen.take(base)
+        assert git("status", "--porcelain", cwd=clone) == ""
+        recleaned = seen.take(base)
+        edited = next(iter(files))
+        (clone / edited).write_bytes(files[edited] + b"0123456789")
+        git("add", edited, cwd=clone)
+        added = seen.take(base)
+    # (the process asks once what the server is: GET <repo>/info/xet)
+    print("RECLEANED", recleaned, "ADDED", added)
+    assert [x for x in recleaned if not x.endswith("/info/xet")] == [], recleaned
+    assert len([x for x in added if x.startswith("GET /v1/file-shards/")]) == 1, added
+    assert git("status", "--porcelain", cwd=clone) == f"M  {edited}"
 
 
 def test_push_to_a_new_path_remote_sends_data_only_the_server_had(

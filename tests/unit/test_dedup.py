@@ -79,3 +79,31 @@ def test_expired_answers_and_a_failing_server_are_no_dedup() -> None:
     down = RemoteDedup(Server(data, fail=True))
     down.add_file(b"\x02" * 32)
     assert down.lookup(hashes, first_in_file=True) == {}
+
+
+class CountingServer(Server):
+    def __init__(self, data: list[bytes]) -> None:
+        super().__init__(data)
+        self.shards: list[bytes] = []
+
+    def file_shard(self, file_hash: bytes) -> shardfmt.Shard | None:
+        self.shards.append(file_hash)
+        return super().file_shard(file_hash)
+
+
+def test_versions_are_asked_for_at_the_first_lookup_not_before() -> None:
+    """A path's versions cost no request until an edit looks up a chunk (a re-clean of the
+    same content asks nothing); then each is asked for once, and only the current file's."""
+    data = chunks(4, 20)
+    server = CountingServer(data)
+    d = RemoteDedup(server)
+    d.versions([b"\x07" * 32])  # a file before, never looked up: never asked for
+    d.versions([b"\x02" * 32, b"\x02" * 32])
+    assert server.shards == []
+    assert d.holds(b"\x02" * 32) and d.holds(b"\x07" * 32) and not d.holds(b"\x03" * 32)
+    hashes = [chunk_hash(c) for c in data]
+    assert set(d.lookup(hashes[5:])) == set(hashes[5:])
+    assert server.shards == [b"\x02" * 32]
+    d.versions([b"\x02" * 32])
+    d.lookup(hashes[:5])
+    assert server.shards == [b"\x02" * 32]  # once per file

@@ -15,6 +15,7 @@ import pytest
 
 from gitxet.data.audit import verify_store
 from gitxet.data.clean import Hashed, Ingestor, hash_small
+from gitxet.data.dedup import RemoteDedup
 from gitxet.data.reconstruct import FileReader
 from gitxet.data.staging import StagedIngest, journal_dir, recover
 from gitxet.store.cas import LocalCAS
@@ -62,6 +63,38 @@ def test_files_hashed_ahead_are_stored_as_those_hashed_here(tmp_path: Path) -> N
     assert got == want
     for d, r in zip(datas, got, strict=True):
         assert _read(cas, r.file_hash) == d
+
+
+def test_a_version_the_path_has_is_neither_journaled_nor_stored(tmp_path: Path) -> None:
+    """Content hashing to a version the path has (git re-cleaning a file it checked out)
+    returns that file's result without a journal record, a xorb or a request."""
+    same, edited = _files(2, seed=7)
+
+    class Server:
+        def __init__(self) -> None:
+            self.asked: list[bytes] = []
+
+        def file_shard(self, file_hash: bytes) -> None:
+            self.asked.append(file_hash)
+
+        def query_chunk(self, chunk_hash: bytes) -> None:
+            return None
+
+    server = Server()
+    dedup = RemoteDedup(server)
+    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
+    h = hash_small(same)
+    with StagedIngest(cas, dedup=dedup) as st:
+        dedup.versions([h.file_hash])
+        r = st.add(io.BytesIO(same))
+        assert (r.file_hash, r.sha256, r.size, r.new_bytes) == (h.file_hash, h.sha256, len(same), 0)
+        assert not os.path.exists(journal_dir(cas)) or os.listdir(journal_dir(cas)) == []
+        assert server.asked == []
+        dedup.versions([h.file_hash])
+        st.add(io.BytesIO(edited))  # an edit: the version's chunks are asked for
+        assert server.asked == [h.file_hash]
+    assert cas.file_info(h.file_hash) is None
+    assert cas.file_info(hash_small(edited).file_hash) is not None
 
 
 def test_a_full_xorb_is_written_without_splitting_files(tmp_path: Path) -> None:
