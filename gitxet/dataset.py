@@ -44,6 +44,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import urllib.parse
@@ -59,6 +60,7 @@ from gitxet.errors import (
     ConfigError,
     DataUnavailableError,
     FileNotFoundInCASError,
+    FormatError,
     GitError,
     GitObjectNotFoundError,
     GitxetError,
@@ -81,6 +83,7 @@ from gitxet.settings import (
     url_token,
 )
 from gitxet.store.cas import LocalCAS
+from gitxet.util.procs import proc_stat, runs
 
 if TYPE_CHECKING:  # imported when a commit is opened: the filter never needs the model
     from gitxet.vfs.model import CommitFS
@@ -702,13 +705,15 @@ def _git_auth_env(token: str | None) -> dict[str, str]:
 
 
 _usable_roots: dict[str, str] = {}
+_PRIVATE = "gitxet-cache-"  # + "PID.START-" of the owning process + a random part
 _usable_lock = threading.Lock()
 
 
 def usable_cache_root(root: str) -> str:
     """``root`` when this process can write there, else a private temporary cache directory,
     removed at exit (one warning per process and root): a cache directory on a read-only
-    filesystem, or one this user cannot write, must not stop reads from the server.
+    filesystem, or one this user cannot write, must not stop reads from the server. (A
+    process killed outright leaves its own behind: the next one to need one removes it.)
 
     Raises:
         StoreError: neither ``root`` nor a temporary directory can be written.
@@ -726,7 +731,7 @@ def usable_cache_root(root: str) -> str:
         except OSError as e:
             why = e.strerror or str(e)
             try:
-                usable = tempfile.mkdtemp(prefix="gitxet-cache-")
+                usable = _private_cache_dir()
             except OSError as e2:
                 raise StoreError(
                     f"the cache directory {root} cannot be written ({why}), nor a temporary "
@@ -742,6 +747,34 @@ def usable_cache_root(root: str) -> str:
             )
         _usable_roots[root] = usable
         return usable
+
+
+def _private_cache_dir() -> str:
+    """A new private cache directory in the temporary directory, named after this process,
+    once those of this user's processes that are gone (killed before their exit could
+    remove them) are removed."""
+    tmp = tempfile.gettempdir()
+    me = proc_stat(os.getpid())
+    if me is None:  # no /proc: no process can tell another's gone
+        return tempfile.mkdtemp(prefix=_PRIVATE, dir=tmp)
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        names = []
+    for name in names:
+        m = re.fullmatch(re.escape(_PRIVATE) + r"([0-9]{1,9})\.([0-9]{1,20})-[^/]+", name)
+        try:
+            if m is None or runs(int(m[1]), int(m[2])):
+                continue
+            path = os.path.join(tmp, name)
+            st = os.lstat(path)
+        except (OSError, FormatError):
+            continue
+        # a world-writable directory: only a real directory of this user's (rmtree itself
+        # never follows a link)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{_PRIVATE}{os.getpid()}.{me[1]}-", dir=tmp)
 
 
 def mirror_git_metadata(url: str, access: HttpAccess) -> str:

@@ -645,6 +645,15 @@ class _FastReads:
         return undo
 
 
+def _stop_signals() -> tuple[int, ...]:
+    """The signals that end serving cleanly (unmount, or leave it to the supervisor) rather
+    than kill the process: SIGTERM, SIGINT and, unless ignored (``nohup``), SIGHUP (a closed
+    terminal killed a foreground mount outright, and a hangup a serving process, leaving a
+    dead mount or a private cache directory behind)."""
+    hup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
+    return (signal.SIGTERM, signal.SIGINT, *hup)
+
+
 class _Loop:
     """The trio side of :func:`serve`: FUSE main loop, signals, readiness, shutdown."""
 
@@ -660,6 +669,7 @@ class _Loop:
         self._stopping = False
         self.follower: Follower | None = None  # started once the mount serves
         self.fast: _FastReads | None = None  # takes waiting requests without trio's scheduler
+        self.stop_signals = _stop_signals()
 
     def note_signal(self, signum: int, frame: object) -> None:
         """Signal handler for the moments around the trio loop: remember, do not die."""
@@ -704,7 +714,7 @@ class _Loop:
     async def _watch_signals(
         self, nursery: trio.Nursery, *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(*self.stop_signals) as signals:
             task_status.started()
             async for signum in signals:
                 log.info("signal %d received: unmounting %s", signum, self.mountpoint)
@@ -752,7 +762,7 @@ def serve(
     unmounting (the supervisor starts the next serving process).
 
     Returns after an external unmount (``fusermount3 -u``) or, when called from the main
-    thread, after SIGTERM / SIGINT, which unmount cleanly: requests still running
+    thread, after SIGTERM / SIGINT / SIGHUP, which unmount cleanly: requests still running
     ``shutdown_grace`` seconds later are abandoned (their callers get ENOTCONN). ``ready()``
     is called once, in a worker thread, when the mount is live. ``read_around`` turns on
     chunk read-around (``gitxet.mount.readaround``) and stores of small files at their first
@@ -787,9 +797,7 @@ def serve(
     # it ends) SIGTERM must not kill us: that would leave a dead mount behind. Python-level
     # handlers only exist in the main thread.
     previous = (
-        {s: signal.signal(s, loop.note_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        if main_thread
-        else {}
+        {s: signal.signal(s, loop.note_signal) for s in loop.stop_signals} if main_thread else {}
     )
     try:
         try:

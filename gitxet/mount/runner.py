@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from gitxet.errors import FormatError, MountError
 from gitxet.formats.record import check_record, load_json_object
+from gitxet.util.procs import proc_stat, runs
 from gitxet.util.records import RecordDir, record_name
 
 MOUNTINFO = "/proc/self/mountinfo"
@@ -174,29 +175,9 @@ def is_mounted(mountpoint: str) -> bool:
 # ---- process identity ------------------------------------------------------------------------
 
 
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time in clock ticks since boot) of a process, or ``None`` if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read(4096)
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may itself hold spaces or ')'.
-    close = data.rfind(b")")
-    rest = data[close + 2 :].split(b" ") if close >= 0 else []
-    if len(rest) < 20:
-        raise FormatError(f"/proc/{pid}/stat", "too few fields")
-    try:
-        return rest[0].decode("ascii"), int(rest[19])
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise FormatError(f"/proc/{pid}/stat", "bad state or start time") from exc
-
-
 def process_start_time(pid: int) -> int | None:
     """Start time of ``pid`` in clock ticks since boot, or ``None`` if there is no such process."""
-    st = _proc_stat(pid)
+    st = proc_stat(pid)
     return None if st is None else st[1]
 
 
@@ -209,7 +190,7 @@ def serving_pid(supervisor_pid: int) -> int | None:
     except (OSError, ValueError):
         return None
     for pid in kids:
-        st = _proc_stat(pid)
+        st = proc_stat(pid)
         if st is not None and st[0] not in ("Z", "X", "x"):
             return pid
     return None
@@ -225,12 +206,7 @@ def _reap(pid: int) -> None:
 def process_alive(pid: int, start_time: int) -> bool:
     """Whether ``pid`` still names the process that started at ``start_time`` and runs."""
     _reap(pid)
-    st = _proc_stat(pid)
-    if st is None:
-        return False
-    state, started = st
-    # A zombie has finished; it only waits for its parent to collect the status.
-    return started == start_time and state not in ("Z", "X", "x")
+    return runs(pid, start_time)
 
 
 def _wait_gone(pid: int, start_time: int, timeout: float) -> bool:

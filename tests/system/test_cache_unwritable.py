@@ -6,10 +6,13 @@ warning naming the directory. Before, each failed: "Read-only file system: .../r
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -121,3 +124,72 @@ def test_clone_with_a_cache_whose_writes_fail(pushed: tuple[str, bytes], tmp_pat
             env={"GITXET_CACHE_DIR": str(cache)})  # fmt: skip
     assert (tmp_path / "clone" / "big.bin").read_bytes() == data
     assert r.stderr.count("not kept in the cache (reads go on without it)") == 1, r.stderr
+
+
+def _mount_pids(cwd: Path, mnt: Path) -> tuple[int, int]:
+    """(supervisor, serving process) of the mount at ``mnt``."""
+    out = run("git-xet", "mounts", "--json", cwd=cwd).stdout
+    (row,) = [r for r in map(json.loads, out.splitlines()) if r["mountpoint"] == str(mnt)]
+    return int(row["supervisor_pid"]), int(row["pid"])
+
+
+def _wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    return
+        except FileNotFoundError:
+            return
+        assert time.monotonic() < deadline, f"process {pid} does not end"
+        time.sleep(0.02)
+
+
+@pytest.mark.fuse
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL])
+def test_a_signalled_mount_daemon_leaves_no_private_cache(
+    pushed: tuple[str, bytes], readonly_dir: Path, tmp_path: Path, signum: int
+) -> None:
+    """The private cache of a mount daemon (its cache directory cannot be written) goes
+    with it on every signal that stops it; one a killed process left (SIGKILL; before, a
+    SIGHUP too) is removed by the next process that makes one."""
+    url, data = pushed
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"GITXET_CACHE_DIR": str(readonly_dir / "cache"), "TMPDIR": str(tmp)}
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    run("git-xet", "mount", url, "main", str(mnt), cwd=tmp_path, env=env)
+    try:
+        assert (mnt / "big.bin").read_bytes() == data
+        assert [p.name[:13] for p in tmp.iterdir()] == ["gitxet-cache-"]
+        sup, pid = _mount_pids(tmp_path, mnt)
+        os.kill(pid, signum)  # its supervisor starts another serving process
+        _wait_gone(pid)
+        deadline = time.monotonic() + 60
+        while _mount_pids(tmp_path, mnt)[1] == pid:
+            assert time.monotonic() < deadline, "no new serving process"
+            time.sleep(0.05)
+        assert (mnt / "big.bin").read_bytes() == data
+        (left,) = tmp.iterdir()  # the new process's, not the old one's
+        assert left.name.startswith(f"gitxet-cache-{_mount_pids(tmp_path, mnt)[1]}.")
+        if signum == signal.SIGKILL:
+            sup, pid = _mount_pids(tmp_path, mnt)
+            os.kill(sup, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+            _wait_gone(sup)
+            _wait_gone(pid)
+            run("git-xet", "unmount", str(mnt), cwd=tmp_path)  # a dead mount
+            assert [left] == list(tmp.iterdir())
+            run("git-xet", "mount", url, "main", str(mnt), cwd=tmp_path, env=env)
+            assert (mnt / "big.bin").read_bytes() == data
+            assert left not in list(tmp.iterdir())
+            signum = signal.SIGTERM
+        sup, pid = _mount_pids(tmp_path, mnt)
+        os.kill(sup, signum)
+        _wait_gone(sup)
+        _wait_gone(pid)
+    finally:
+        run("git-xet", "unmount", "--lazy", str(mnt), cwd=tmp_path, check=False)
+    assert list(tmp.iterdir()) == []

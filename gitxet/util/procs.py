@@ -1,0 +1,34 @@
+"""Process identity from ``/proc``: a pid alone may name another process once reused."""
+
+from __future__ import annotations
+
+from gitxet.errors import FormatError
+
+
+def proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks since boot) of a process, or ``None`` if gone.
+
+    Raises:
+        FormatError: ``/proc/<pid>/stat`` cannot be parsed.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read(4096)
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may itself hold spaces or ')'.
+    close = data.rfind(b")")
+    rest = data[close + 2 :].split(b" ") if close >= 0 else []
+    if len(rest) < 20:
+        raise FormatError(f"/proc/{pid}/stat", "too few fields")
+    try:
+        return rest[0].decode("ascii"), int(rest[19])
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise FormatError(f"/proc/{pid}/stat", "bad state or start time") from exc
+
+
+def runs(pid: int, start_time: int) -> bool:
+    """Whether ``pid`` still names the process that started at ``start_time`` and runs (a
+    zombie has finished: it only waits for its parent to collect its status)."""
+    st = proc_stat(pid)
+    return st is not None and st[1] == start_time and st[0] not in ("Z", "X", "x")
