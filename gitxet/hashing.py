@@ -30,6 +30,7 @@ VERIFICATION_KEY = bytes(
 FILE_SALT = ZERO_HASH
 
 _WORDS = struct.Struct("<4Q")
+_BE_WORDS = struct.Struct(">4Q")  # the same four words as their hex digits read
 _HEX_DIGITS = frozenset("0123456789abcdef")
 
 
@@ -47,7 +48,7 @@ def from_hex(s: str) -> bytes:
     """
     if len(s) != 64 or not _HEX_DIGITS.issuperset(s):
         raise ValueError(f"not a 64-digit lowercase hex hash: {s[:80]!r}")
-    return _WORDS.pack(*(int(s[i : i + 16], 16) for i in range(0, 64, 16)))
+    return _WORDS.pack(*_BE_WORDS.unpack(bytes.fromhex(s)))
 
 
 def from_hex_many(items: Sequence[str]) -> list[bytes]:
