@@ -265,13 +265,14 @@ def push_cmd(
         src = s.split(":", 1)[0].lstrip("+") or "HEAD"
         revs.append(process.rev_parse(repo.cwd, src))
     if dry_run:
-        from gitxet.data.audit import is_local, missing_files
+        from gitxet.data.audit import local_files, missing_files
         from gitxet.hashing import from_hex
 
         found = repo.history_pointers(revs)
         absent = missing_files(repo.remote(name), [from_hex(p.xet_hash) for _, p in found])
         lacking = [(path, p) for path, p in found if from_hex(p.xet_hash) in absent]
-        here = {p.xet_hash for _, p in lacking if is_local(repo.cas, from_hex(p.xet_hash))}
+        ours = local_files(repo.cas, [from_hex(p.xet_hash) for _, p in lacking])
+        here = {p.xet_hash for _, p in lacking if from_hex(p.xet_hash) in ours}
         to_send = [path for path, p in lacking if p.xet_hash in here]
         missing = [_Missing(path) for path, p in lacking if p.xet_hash not in here]
         _say(f"git-xet: would upload the data of {len(to_send)} file(s) to {name}", quiet)

@@ -31,12 +31,17 @@ __all__ = [
     "count_unpushed",
     "first_dangling",
     "is_local",
+    "local_files",
     "locate",
     "missing_files",
     "on_remote",
     "verify_pointers",
     "verify_store",
 ]
+
+
+#: files located, then read, at once by :func:`verify_pointers`
+_BATCH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,14 @@ def is_local(cas: LocalCAS, file_hash: bytes) -> bool:
     return info is not None and all(cas.has_xorb(t.xorb_hash) for t in info.terms)
 
 
+def local_files(cas: LocalCAS, file_hashes: Iterable[bytes]) -> set[bytes]:
+    """Those of ``file_hashes`` that :func:`is_local` says yes for, asked in batches
+    (:meth:`LocalCAS.lacking_data`: each xorb looked for once, not once per file)."""
+    wanted = [h for h in dict.fromkeys(file_hashes) if h != bytes(32)]
+    lacking = set(cas.lacking_data(wanted))
+    return {h for h in wanted if h not in lacking} | {bytes(32)}
+
+
 def on_remote(remote: CASRemote, file_hash: bytes) -> bool:
     """Whether ``remote`` can serve the file.
 
@@ -105,7 +118,8 @@ def locate(
 ) -> list[DataLocation]:
     """Where the data of each ``(path, pointer)`` is; ``remote`` is asked only about the
     files ``cas`` lacks (and not at all when None)."""
-    local = {ptr.xet_hash: is_local(cas, from_hex(ptr.xet_hash)) for _, ptr in found}
+    here = local_files(cas, [from_hex(ptr.xet_hash) for _, ptr in found])
+    local = {ptr.xet_hash: from_hex(ptr.xet_hash) in here for _, ptr in found}
     gone: set[bytes] = set()
     if remote is not None:  # one batched question for all the files not here
         gone = missing_files(remote, [from_hex(x) for x, here in local.items() if not here])
@@ -146,7 +160,8 @@ def first_dangling(
 
 def count_unpushed(cas: LocalCAS, remote: CASRemote, found: Sequence[tuple[str, Pointer]]) -> int:
     """How many of the files have their data in ``cas`` but not on ``remote``."""
-    here = [h for h in (from_hex(p.xet_hash) for _, p in found) if is_local(cas, h)]
+    ours = local_files(cas, [from_hex(p.xet_hash) for _, p in found])
+    here = [h for h in (from_hex(p.xet_hash) for _, p in found) if h in ours]
     gone = missing_files(remote, here)
     return sum(1 for h in here if h in gone)
 
@@ -186,30 +201,45 @@ def verify_pointers(
     for path, ptr in found:
         by_file.setdefault(ptr.xet_hash, []).append((path, ptr))
     out: list[PointerMismatch] = []
-    for xet_hex, named in by_file.items():
-        fhash = from_hex(xet_hex)
-        size = 0
-        if named[0][1].size == 0:
-            actual = hashlib.sha256().hexdigest()
-        elif not is_local(cas, fhash):
-            continue
-        else:
-            try:
-                sha = hashlib.sha256()
-                for block in FileReader(cas, fhash).iter_blocks():
-                    sha.update(block)
-                    size += len(block)
-                    if progress is not None:
-                        progress(len(block))
-            except GitxetError:  # damaged or gone: verify_store says so
-                continue
-            actual = sha.hexdigest()
-        out.extend(
-            PointerMismatch(p, ptr, actual, size)
-            for p, ptr in named
-            if ptr.sha256 != actual or ptr.size != size
-        )
+    todo = list(by_file.items())
+    for i in range(0, len(todo), _BATCH):  # located then read batch by batch: see local_files
+        batch = todo[i : i + _BATCH]
+        here = local_files(cas, [from_hex(x) for x, named in batch if named[0][1].size])
+        for xet_hex, named in batch:
+            out.extend(_check_pointers(cas, xet_hex, named, here, progress))
     return out
+
+
+def _check_pointers(
+    cas: LocalCAS,
+    xet_hex: str,
+    named: list[tuple[str, Pointer]],
+    here: set[bytes],
+    progress: Callable[[int], None] | None,
+) -> list[PointerMismatch]:
+    """The pointers of ``named`` (all naming the file ``xet_hex``) its data belies."""
+    fhash = from_hex(xet_hex)
+    size = 0
+    if named[0][1].size == 0:
+        actual = hashlib.sha256().hexdigest()
+    elif fhash not in here:
+        return []
+    else:
+        try:
+            sha = hashlib.sha256()
+            for block in FileReader(cas, fhash).iter_blocks():
+                sha.update(block)
+                size += len(block)
+                if progress is not None:
+                    progress(len(block))
+        except GitxetError:  # damaged or gone: verify_store says so
+            return []
+        actual = sha.hexdigest()
+    return [
+        PointerMismatch(p, ptr, actual, size)
+        for p, ptr in named
+        if ptr.sha256 != actual or ptr.size != size
+    ]
 
 
 def _check_shard(cas: LocalCAS, name: str) -> str | None:

@@ -69,6 +69,7 @@ _SEQ_NEAR = 2 << 20
 _SEQ_AHEAD = 16 << 20
 #: file reconstructions kept per store
 _DESCRIBE_SPAN = 4 << 20  # bytes of a shard read at once for the file blocks describe() wants
+_DESCRIBE_BATCH = 1000  # files :meth:`LocalCAS.lacking_data` reads, then checks, at once
 MAX_FILE_INFOS = 1 << 16  # ~300 bytes each: a clone asks for every file several times
 
 # files.pos: the byte offset of the file's block in its shard, so a lookup reads one block
@@ -319,9 +320,11 @@ class LocalCAS:
     def lacking_data(self, file_hashes: Iterable[bytes]) -> list[bytes]:
         """Those of ``file_hashes`` (each once) that :meth:`has_file_data` says no for, with
         their reconstructions read in batches (:meth:`describe`) and each xorb looked for
-        once (a clone of 20,000 small files names a few dozen xorbs)."""
+        once (a clone of 20,000 small files names a few dozen xorbs). The batches are of
+        :data:`_DESCRIBE_BATCH` files, each checked right after it is read: reading them all
+        first overflowed the cache of reconstructions past its 65,536 files, and each was
+        then read again."""
         hashes = list(dict.fromkeys(file_hashes))
-        self.describe(hashes)
         here: dict[bytes, bool] = {}
 
         def has(x: bytes) -> bool:
@@ -331,10 +334,13 @@ class LocalCAS:
             return found
 
         lacking = []
-        for h in hashes:
-            info = self.file_info(h)
-            if info is None or not all(has(t.xorb_hash) for t in info.terms):
-                lacking.append(h)
+        for i in range(0, len(hashes), _DESCRIBE_BATCH):
+            batch = hashes[i : i + _DESCRIBE_BATCH]
+            self.describe(batch)
+            for h in batch:
+                info = self.file_info(h)
+                if info is None or not all(has(t.xorb_hash) for t in info.terms):
+                    lacking.append(h)
         return lacking
 
     def quarantined(self, xorb_hash: bytes) -> str | None:
