@@ -82,11 +82,19 @@ _IDLE_BEFORE_STATS = 0.5  # seconds without a listing or a first read of a file 
 # is summed in the background (its walk would compete with them for the one interpreter)
 _SIBLINGS_AHEAD = 32  # directories after a listed one offered to the prefetcher
 _MAX_INFOS = 1 << 16  # blob sizes/pointers remembered (a node keeps its own attributes)
-#: pointer files of a directory described together when the first of them is read from a
-#: server (one request for them all, :meth:`CommitFS._describe_around`)
+#: entries of a directory whose pointer files are described together at a first read from
+#: a server that starts nowhere near the last batch (:meth:`CommitFS._describe_around`):
+#: a scattered read pays for a few descriptions, not for its whole directory's
+DESCRIBE_FIRST = 16
+#: most entries of one batch: the batch doubles, up to this, while the first reads go on
+#: right after it (a scan of the directory, or of small directories one after the other)
 DESCRIBE_WINDOW = 1000
 #: most directories listed for one such batch (small directories after the one read)
 DESCRIBE_DIRS = 64
+#: seconds a first read waits for the batch describing its file (then reads on its own)
+_DESCRIBE_WAIT = 60.0
+#: batches remembered per directory (a first read in one of them asks nothing)
+_SCANS_KEPT = 16
 
 #: a small file's first read from a local store reads the next files after it with it (their
 #: chunks sit next to each other when they were added together): files of at most this
@@ -279,6 +287,29 @@ class _Node:
         return "/" + self.path.decode("utf-8", errors="replace")
 
 
+class _Scan:
+    """The entries ``lo`` to ``hi`` of a directory described in one batch (``ready`` once
+    asked; ``size``: the batch's size, which a scan continuing right after it doubles)."""
+
+    __slots__ = ("hi", "lo", "ready", "size")
+
+    def __init__(
+        self,
+        lo: int,
+        hi: int,
+        size: int,
+        *,
+        ready: threading.Event | None = None,
+        done: bool = False,
+    ) -> None:
+        self.lo = lo
+        self.hi = hi
+        self.size = size
+        self.ready = ready if ready is not None else threading.Event()
+        if done:
+            self.ready.set()
+
+
 class _Dir(_Node):
     """A directory: its children live in ``names`` and ``order`` (sorted by name, so a
     lookup is a bisection, no dict) once listed; ``entries`` holds its parsed tree until
@@ -405,8 +436,8 @@ class CommitFS:
         self._flights = Flights()
         self._blobs = _BlobCache(blob_cache_bytes)
         self._readers: LRUCache[str, FileReader] = LRUCache(readers)  # by Xet hash (hex)
-        # (directory inode, window) whose pointer files' descriptions were asked for
-        self._described: LRUCache[tuple[int, int], bool] = LRUCache(4096)
+        # the last batch of each directory's pointer files described (or being described)
+        self._scans: LRUCache[int, list[_Scan]] = LRUCache(4096)
         self._infos: LRUCache[bytes, _BlobInfo] = LRUCache(_MAX_INFOS)
         self._warned: LRUCache[bytes, bool] = LRUCache(4096)  # bad pointers, logged once
         self._hidden: LRUCache[str, bool] = LRUCache(4096)  # paths left out, logged once
@@ -1124,63 +1155,94 @@ class CommitFS:
 
     def _describe_around(self, node: _Node) -> None:
         """Before the first read of a pointer file from a server: the descriptions of the
-        pointer files around it, in one batch, since a reader of one image reads its
-        neighbours next: the :data:`DESCRIBE_WINDOW` of its directory holding it and, when
-        the directory is small, the directories after it in its parent (an image dataset
-        of 20 files a directory: one request per parent, not per directory, nor per file).
-        Only a hint: what fails is left to the reads."""
+        pointer files around it, in one batch, sized like a read-ahead window. A first read
+        nowhere near the directory's last batch describes the :data:`DESCRIBE_FIRST`
+        entries around it; one that lands right after the last batch (a scan) describes the
+        next entries, twice as many each time up to :data:`DESCRIBE_WINDOW`, and, when the
+        directory is small, continues into the directories after it in its parent (an image
+        dataset of 20 files a directory: a request per many directories, not per directory,
+        nor per file). Only a hint: what fails is left to the reads."""
         describe = getattr(self._source, "describe", None)
         here = node.parent
         names = here.names
         if describe is None or names is None:
             return
-        inline = self.inline_reads  # a local store, from try_read on an event loop
-        w = bisect.bisect_left(names, node.name) // DESCRIBE_WINDOW
-        key = (here.ino, w)
+        i = bisect.bisect_left(names, node.name)
         with self._lock:
-            if self._described.get(key):
-                return
-
-        def run() -> None:
-            with self._lock:
-                if self._described.get(key):
-                    return  # a flight that just ended did it
-            files = here.order[w * DESCRIBE_WINDOW : (w + 1) * DESCRIBE_WINDOW]
-            done = [key]
-            up = here.parent
-            if len(files) < DESCRIBE_WINDOW // 2 and up is not here and up.names is not None:
-                for sib in up.order[bisect.bisect_right(up.names, here.name) :]:
-                    if len(files) >= DESCRIBE_WINDOW or len(done) > DESCRIBE_DIRS:
-                        break
-                    if not isinstance(sib, _Dir) or (inline and sib.names is None):
-                        continue  # (an event loop lists nothing: it could wait on git)
-                    with self._lock:
-                        if self._described.get((sib.ino, 0)):
-                            continue
-                    try:
-                        kids = self._children(sib)  # lists it: a walk will, next
-                    except (OSError, GitError):
-                        continue  # its reads report it
-                    files += kids[:DESCRIBE_WINDOW]
-                    done.append((sib.ino, 0))
-            shas = [c.sha for c in files if c.kind is NodeKind.FILE]
-            if inline:  # only what the listings found: no git on an event loop
-                with self._lock:
-                    infos = [self._infos.get(sha) for sha in shas]
-                found = [i.pointer for i in infos if i is not None and i.pointer is not None]
+            scans = self._scans.get(here.ino) or []
+            covering = next((b for b in scans if b.lo <= i < b.hi), None)
+            last = scans[-1] if scans else None
+            if covering is not None:
+                batch = None  # described, or being described
             else:
-                found = list(self._batch_infos(shas, here.shown, _path_among(files))[1].values())
-            hashes = list(dict.fromkeys(from_hex(p.xet_hash) for p in found if p.size))
-            if len(hashes) > 1:
-                describe(hashes)
-            with self._lock:
-                for k in done:
-                    self._described.put(k, True)
-
+                if last is not None and last.hi <= i < last.hi + last.size:
+                    size = min(2 * last.size, DESCRIBE_WINDOW)
+                    lo = last.hi
+                else:
+                    size = DESCRIBE_FIRST
+                    lo = i - i % size
+                batch = _Scan(lo, max(lo + size, i + 1), size)
+                self._scans.put(here.ino, [*scans[1 - _SCANS_KEPT :], batch])
+        if covering is not None:
+            covering.ready.wait(_DESCRIBE_WAIT)
+            return
+        assert batch is not None
         try:
-            self._flights.run(("describe", key), run)
+            self._describe_batch(here, batch, describe)
         except Exception as exc:  # a server that is down: each read reports it
             log.debug("%s: describing its files failed: %s", here.shown, exc)
+        finally:
+            batch.ready.set()
+
+    def _describe_batch(
+        self, here: _Dir, batch: _Scan, describe: Callable[[list[bytes]], object]
+    ) -> None:
+        """Describe the entries ``batch`` covers of ``here`` (and of the small directories
+        after it, each then covered by a batch of its own that a scan continues)."""
+        inline = self.inline_reads  # a local store, from try_read on an event loop
+        files = here.order[batch.lo : batch.hi]
+        up = here.parent
+        after = (
+            up.order[bisect.bisect_right(up.names, here.name) :]
+            if up is not here and up.names is not None
+            else []
+        )
+        ended = batch.hi >= len(here.order)  # the batch reaches the directory's end
+        small = len(here.order) < DESCRIBE_WINDOW // 2
+        for dirs, sib in enumerate(after):
+            if not ended or not isinstance(sib, _Dir):
+                break
+            with self._lock:
+                if self._scans.get(sib.ino):
+                    break  # a batch of its own: a scan continues from there
+                if (
+                    not small
+                    or len(files) >= batch.size
+                    or dirs >= DESCRIBE_DIRS
+                    or (inline and sib.names is None)  # (an event loop lists nothing)
+                ):
+                    # the next directory: a scan reaching it continues this batch's size
+                    self._scans.put(sib.ino, [_Scan(0, 0, batch.size, done=True)])
+                    break
+            try:
+                kids = self._children(sib)  # lists it: a walk will, next
+            except (OSError, GitError):
+                break  # its reads report it
+            take = kids[: batch.size - len(files)]
+            files += take
+            ended = len(take) == len(kids)
+            with self._lock:
+                self._scans.put(sib.ino, [_Scan(0, len(take), batch.size, ready=batch.ready)])
+        shas = [c.sha for c in files if c.kind is NodeKind.FILE]
+        if inline:  # only what the listings found: no git on an event loop
+            with self._lock:
+                infos = [self._infos.get(sha) for sha in shas]
+            found = [i.pointer for i in infos if i is not None and i.pointer is not None]
+        else:
+            found = list(self._batch_infos(shas, here.shown, _path_among(files))[1].values())
+        hashes = list(dict.fromkeys(from_hex(p.xet_hash) for p in found if p.size))
+        if hashes:  # (one file too: a batch of one, not a read describing it alone later)
+            describe(hashes)
 
     def _reader(self, pointer: Pointer, opening: tuple[int, int] | None = None) -> FileReader:
         key = pointer.xet_hash

@@ -814,6 +814,51 @@ def test_first_read_from_a_server_describes_its_neighbours_at_once(tmp_path: Pat
         cas.close()
 
 
+def test_scattered_reads_from_a_server_describe_a_few_files_and_a_scan_more_each_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first read far from the last batch of its directory describes the 16 entries
+    around it, not the directory's 300 (scattered reads over HTTP paid ~95 ms of the
+    server's per 1,000-file directory, ~13 ms a file); first reads going through the
+    directory in order double the batch each time, up to 1,000 (a scan keeps its batches)."""
+    monkeypatch.setattr(model._Prefetcher, "offer", lambda self, nodes: None)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    cas = LocalCAS(str(tmp_path / "cas"), durable=False)
+    files: dict[str, bytes] = {}
+    with Ingestor(cas) as ing:
+        for i in range(300):
+            data = i.to_bytes(2, "big") * 50
+            r = ing.add_stream(io.BytesIO(data))
+            ptr = Pointer(sha256=r.sha256, size=r.size, xet_hash=to_hex(r.file_hash))
+            write(repo, f"d/f{i:03d}.bin", ptr.encode())
+            files[f"d/f{i:03d}.bin"] = data
+        ing.flush()
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "300 files")
+    server = _Describing(cas, is_local=False)
+    asked = server.asked
+
+    def read(i: int) -> None:
+        name = f"d/f{i:03d}.bin"
+        assert fs.read(fs.resolve_path(name.encode()).ino, 0, 1000) == files[name]
+
+    try:
+        with CommitFS(str(repo), git(repo, "rev-parse", "HEAD").strip(), server) as fs:
+            for i in (150, 20, 270, 151, 25):  # scattered: 16 around each, then none
+                read(i)
+            assert [len(a) for a in asked] == [16, 16, 16]
+            asked.clear()
+            for i in range(300):  # a scan: twice the entries each time after 16, 16
+                read(i)
+            # ([16, 32) was described by the read of 20: the scan starts again at 32; the
+            # batch of 128 from 144 holds those of 150 and 270, which a source knows)
+            assert [len(a) for a in asked] == [16, 16, 32, 64, 128, 28]
+    finally:
+        cas.close()
+
+
 def _fresh(asked: list[set[bytes]]) -> list[int]:
     """Sizes of the describe calls that asked for a file not asked for before (a batched
     first read asks again for its batch's files, which a source knows at no cost)."""
