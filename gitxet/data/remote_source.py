@@ -893,6 +893,7 @@ class HttpCASRemote:
         self.shard_dir = shard_dir
         self.max_window = max_window
         self._source: RemoteChunkSource | None = None
+        self._source_lock = threading.Lock()
 
     def close(self) -> None:
         """At the end of its use: stop its chunk source's fetches and close its clients'
@@ -927,6 +928,13 @@ class HttpCASRemote:
         return self.client.download_xorb(xorb_hash)
 
     def chunk_source(self) -> RemoteChunkSource:
+        """The one chunk source of this remote: what one thread describes, another finds
+        (two made at once by a checkout's first smudges, each on its own thread, had one
+        thread's batch of descriptions unseen by the other's reads: a GET per file)."""
+        with self._source_lock:
+            return self._make_source()
+
+    def _make_source(self) -> RemoteChunkSource:
         if self._source is None:
             if self.reads is not None:
                 self._source = RemoteChunkSource(

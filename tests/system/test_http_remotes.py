@@ -312,14 +312,15 @@ def test_clone_of_many_small_files_asks_for_descriptions_in_batches(
         for name, data in files.items():
             assert (root / name).read_bytes() == data, name
         assert git("status", "--porcelain", cwd=root) == ""
-    # (the mount asks for a directory and the small ones after it at once; 8 readers of
-    # the 7 directories at once may each ask before another's answer is in)
+    # (the mount asks for a directory's files in batches that double while its reads go
+    # through it in order, 16, 32, then the rest of its 57: three a directory, a fourth
+    # when 8 readers of the 7 directories at once jump ahead of an answer)
     # (the pull's smudges run on worker threads as git hands them over: a batch holds the
     # files git handed over by then, a few batches in all)
     phases = {"clone": cloned, "checkout": checked_out, "mount": mounted, "pull": pulled}
-    for (what, lines), most in zip(phases.items(), (1, 1, 7, 50), strict=True):
+    for (what, lines), most in zip(phases.items(), (1, 1, 28, 50), strict=True):
         assert 1 <= lines.count("POST /v1/file-shards") <= most, (what, lines)
-        assert [x for x in lines if x.startswith("GET /v1/file-shards/")] == []
+        assert [x for x in lines if x.startswith("GET /v1/file-shards/")] == [], (what, lines)
         # the 400 files (under 1.2 MB) share one xorb: a ranged GET or two, not 400
         assert len([x for x in lines if x.startswith("GET /xorb-data/")]) <= 2, lines
 
