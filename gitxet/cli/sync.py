@@ -265,14 +265,20 @@ def push_cmd(
         src = s.split(":", 1)[0].lstrip("+") or "HEAD"
         revs.append(process.rev_parse(repo.cwd, src))
     if dry_run:
-        from gitxet.data.audit import local_files, missing_files
+        from gitxet.data.audit import is_local, local_files, missing_files, xorbs_of
         from gitxet.hashing import from_hex
 
         found = repo.history_pointers(revs)
-        absent = missing_files(repo.remote(name), [from_hex(p.xet_hash) for _, p in found])
+        target = repo.remote(name)
+        absent = missing_files(target, [from_hex(p.xet_hash) for _, p in found])
         lacking = [(path, p) for path, p in found if from_hex(p.xet_hash) in absent]
         ours = local_files(repo.cas, [from_hex(p.xet_hash) for _, p in lacking])
-        here = {p.xet_hash for _, p in lacking if from_hex(p.xet_hash) in ours}
+        has = xorbs_of(target)  # (a file here may reuse the remote's chunks)
+        here = {
+            p.xet_hash
+            for _, p in lacking
+            if from_hex(p.xet_hash) in ours or is_local(repo.cas, from_hex(p.xet_hash), has)
+        }
         to_send = [path for path, p in lacking if p.xet_hash in here]
         missing = [_Missing(path) for path, p in lacking if p.xet_hash not in here]
         _say(f"git-xet: would upload the data of {len(to_send)} file(s) to {name}", quiet)

@@ -83,12 +83,36 @@ class PointerMismatch:
     actual_size: int  # the data's size
 
 
-def is_local(cas: LocalCAS, file_hash: bytes) -> bool:
-    """Whether ``cas`` alone can reconstruct the file (the empty file always can)."""
+def is_local(
+    cas: LocalCAS, file_hash: bytes, remote_has: Callable[[bytes], bool] | None = None
+) -> bool:
+    """Whether ``cas`` alone can reconstruct the file (the empty file always can); with
+    ``remote_has`` (whether a remote has a xorb), ``cas`` with the xorbs that remote
+    already has: a file added in a clone of a server reuses the server's chunks, which
+    the clone streams and never stores, and a push sends only the new ones."""
     if file_hash == bytes(32):
         return True
     info = cas.file_info(file_hash)
-    return info is not None and all(cas.has_xorb(t.xorb_hash) for t in info.terms)
+    return info is not None and all(
+        cas.has_xorb(t.xorb_hash) or (remote_has is not None and remote_has(t.xorb_hash))
+        for t in info.terms
+    )
+
+
+def xorbs_of(remote: CASRemote) -> Callable[[bytes], bool]:
+    """``remote.has_xorb``, asking once per xorb (for :func:`is_local`).
+
+    Raises:
+        RemoteError: the remote could not be asked (when the callable is called).
+    """
+    known: dict[bytes, bool] = {}
+
+    def has(xorb_hash: bytes) -> bool:
+        if xorb_hash not in known:
+            known[xorb_hash] = remote.has_xorb(xorb_hash)
+        return known[xorb_hash]
+
+    return has
 
 
 def local_files(cas: LocalCAS, file_hashes: Iterable[bytes]) -> set[bytes]:
@@ -123,6 +147,9 @@ def locate(
     gone: set[bytes] = set()
     if remote is not None:  # one batched question for all the files not here
         gone = missing_files(remote, [from_hex(x) for x, here in local.items() if not here])
+        has = xorbs_of(remote)  # what is not on it may be here, reusing its chunks
+        for x in [x for x, here in local.items() if not here and from_hex(x) in gone]:
+            local[x] = is_local(cas, from_hex(x), has)
     return [
         DataLocation(
             path,

@@ -272,3 +272,44 @@ def test_partial_clone_fetches_pointer_blobs_when_checked_out(
     assert (clone / "b.txt").read_text() == "on other\n"
     assert run("git", "status", "--porcelain", cwd=clone).stdout == ""
     assert run("git-xet", "fsck", cwd=clone, env=tok).returncode == 0
+
+
+def test_an_edit_of_a_served_file_is_pushed_by_git_xet_push(
+    srv: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """A clone of a server streams its files (their xorbs stay on the server): a file
+    edited there reuses the server's chunks and stores only the new ones here. fsck counts
+    it as here, and 'git xet push' sends it (it refused: 'data neither in the
+    local store nor on origin', and fsck said 'the data of 1 file(s) is nowhere to be had')."""
+    host, write, _ = srv
+    url = f"http://user:{write}@{host}/data.git"
+    tok = {"GITXET_TOKEN": write}
+    work = xet_work_tree(tmp_path)
+    big = random.Random(17).randbytes(2 << 20)
+    (work / "big.bin").write_bytes(big)
+    run("git-xet", "add", "big.bin", cwd=work)
+    run("git", "commit", "-qm", "v1", cwd=work)
+    run("git", "push", "-q", url, "main", cwd=work, env=tok)
+
+    clone = tmp_path / "clone"
+    run("git-xet", "clone", url, str(clone), cwd=tmp_path, env=tok)
+    edited = b"EDIT" + big[4:]
+    (clone / "big.bin").write_bytes(edited)
+    assert "deduplicated" in run("git-xet", "add", "big.bin", cwd=clone, env=tok).stdout
+    run("git", "commit", "-qm", "v2", cwd=clone)
+    r = run("git-xet", "fsck", cwd=clone, env=tok, check=False)
+    assert r.returncode == 0 and "missing" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "HEAD: 1: 1 in the local store" in r.stdout, r.stdout
+    r = run("git-xet", "push", "--dry-run", "origin", "main", cwd=clone, env=tok, check=False)
+    assert r.returncode == 0 and "would upload the data of 1 file(s)" in r.stderr, r.stderr
+    run("git-xet", "push", "origin", "main", cwd=clone, env=tok)
+    again = tmp_path / "again"
+    run(
+        "git-xet",
+        "clone",
+        url,
+        str(again),
+        cwd=tmp_path,
+        env={**tok, "GITXET_CACHE_DIR": str(tmp_path / "c2")},
+    )
+    assert (again / "big.bin").read_bytes() == edited
