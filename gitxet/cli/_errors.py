@@ -117,7 +117,11 @@ def _describe(exc: BaseException) -> tuple[str, int]:
         code = next((c for c in (EXIT_INTEGRITY, EXIT_AUTH) if c in codes), EXIT_NOT_FOUND)
         if code == EXIT_NOT_FOUND and unreachable:
             code = EXIT_ERROR
-        return (f"not found: {exc}" if code == EXIT_NOT_FOUND else str(exc)), code
+        if code != EXIT_NOT_FOUND:
+            return str(exc), code
+        # every remote answered that it lacks the data: say how it gets there
+        how = "; a clone that has the data uploads it: git xet push --all" if exc.tried else ""
+        return f"not found: {exc}{how}", code
     if isinstance(exc, errors.NotFoundError):
         return f"not found: {exc}", EXIT_NOT_FOUND
     if isinstance(exc, errors.FormatError):

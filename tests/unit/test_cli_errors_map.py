@@ -53,3 +53,5 @@ def test_data_behind_an_unreachable_remote_is_not_called_missing() -> None:
     exc = errors.DataUnavailableError("ab" * 32, [("origin /x.git", "does not have it")])
     msg, code = describe(exc)
     assert code == EXIT_NOT_FOUND and msg.startswith("not found: ")
+    # the remote lacks it: what to run (where the data is) is said
+    assert "origin /x.git: does not have it" in msg and msg.endswith("git xet push --all")
