@@ -172,7 +172,10 @@ class _DataConnections:
         self._local = threading.local()
         self._ssl: ssl.SSLContext | None = None
         self._lock = threading.Lock()
-        self._all: set[http.client.HTTPConnection] = set()  # every thread's, for close()
+        # every thread's, for close(), with the thread using it: those of threads that ended
+        # are closed when a thread opens one (a mount's worker threads come and go; each
+        # left a keep-alive socket open until the client was closed)
+        self._all: dict[http.client.HTTPConnection, threading.Thread] = {}
         self._pid = os.getpid()
 
     def _context(self) -> ssl.SSLContext:
@@ -186,7 +189,7 @@ class _DataConnections:
             self._pid = os.getpid()
             self._local = threading.local()
             self._lock = threading.Lock()
-            self._all = set()
+            self._all = {}
         s = urlsplit(url)
         if s.scheme not in ("http", "https") or not s.hostname:
             raise RemoteError(f"data URL {strip_credentials(url)}: not an http(s) URL")
@@ -204,12 +207,13 @@ class _DataConnections:
             proxy = None if urllib.request.proxy_bypass(s.hostname) else _proxy_for(s.scheme)
             opened = self._open(s.scheme, s.hostname, s.port, proxy)
             entry = conns[key] = (opened, proxy is not None and s.scheme == "http")
+            self._close_ended()
         conn, via_proxy = entry
         if via_proxy:
             target = urlunsplit((s.scheme, s.netloc, s.path, s.query, ""))
         if conn.sock is None:  # new, or closed by close(): the request (re)connects it
             with self._lock:
-                self._all.add(conn)
+                self._all[conn] = threading.current_thread()
         return conn, target
 
     def _open(
@@ -239,13 +243,22 @@ class _DataConnections:
                 conn = entry[0]
                 conn.close()
                 with self._lock:
-                    self._all.discard(conn)
+                    self._all.pop(conn, None)
 
     def close(self) -> None:
         """Close every thread's connections (a later request opens a new one)."""
         with self._lock:
-            conns, self._all = self._all, set()
+            conns, self._all = self._all, {}
         for conn in conns:
+            conn.close()
+
+    def _close_ended(self) -> None:
+        """Close the connections of threads that have ended."""
+        with self._lock:
+            ended = [c for c, t in self._all.items() if not t.is_alive()]
+            for conn in ended:
+                del self._all[conn]
+        for conn in ended:
             conn.close()
 
 

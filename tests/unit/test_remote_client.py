@@ -508,3 +508,37 @@ def test_retry_after_takes_ascii_seconds_or_a_date_and_nothing_else() -> None:
     assert _parse_retry_after("٣") is None
     assert _parse_retry_after("9" * 40) is None
     assert _parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+
+
+def test_the_data_connections_of_threads_that_ended_are_closed() -> None:
+    """A data connection is one per thread and host: those of threads that have ended are
+    closed when another thread opens one (a mount's worker threads come and go; each kept
+    a socket open until the client was closed: a descriptor leak under ulimit -n)."""
+    import socket
+    import threading
+
+    from gitxet.remote.client import _DataConnections
+
+    with socket.create_server(("127.0.0.1", 0)) as srv:  # connects queue in its backlog
+        url = f"http://127.0.0.1:{srv.getsockname()[1]}/xorb"
+        data = _DataConnections(10.0)
+        used = []
+
+        def use() -> None:
+            conn, target = data.get(url)
+            assert target == "/xorb"
+            conn.connect()
+            used.append(conn)
+
+        for _ in range(3):
+            t = threading.Thread(target=use)
+            t.start()
+            t.join()
+        # the second thread closed the first's; the third the second's
+        assert [c.sock is None for c in used] == [True, True, False]
+        assert list(data._all) == [used[2]]
+        conn, _ = data.get(url)  # this thread's own: the third thread's is closed too
+        assert conn not in used and used[2].sock is None and list(data._all) == [conn]
+        conn.connect()
+        data.close()
+        assert conn.sock is None and data._all == {}
