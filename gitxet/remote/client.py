@@ -211,7 +211,7 @@ class _DataConnections:
         conn, via_proxy = entry
         if via_proxy:
             target = urlunsplit((s.scheme, s.netloc, s.path, s.query, ""))
-        if conn.sock is None:  # new, or closed by close(): the request (re)connects it
+        if conn not in self._all:  # new, or let go by close() (even while connecting)
             with self._lock:
                 self._all[conn] = threading.current_thread()
         return conn, target
