@@ -542,3 +542,11 @@ def test_the_data_connections_of_threads_that_ended_are_closed() -> None:
         conn.connect()
         data.close()
         assert conn.sock is None and data._all == {}
+        # a close() while a request was still connecting: the socket opened after it is
+        # registered at the connection's next use, and closed by the next close()
+        conn, _ = data.get(url)
+        data.close()
+        conn.connect()
+        assert data.get(url)[0] is conn
+        data.close()
+        assert conn.sock is None
