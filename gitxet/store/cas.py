@@ -52,7 +52,7 @@ from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, merkle_root, to_hex
 from gitxet.store.locking import file_lock
-from gitxet.util import nowait
+from gitxet.util import nowait, sqlite
 from gitxet.util.atomic import atomic_write, atomic_writer, remove_stale_temps, sync_written
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
 from gitxet.util.streams import write_all
@@ -213,7 +213,7 @@ class LocalCAS:
         if conn is None:
             path = os.path.join(self.root, "index.sqlite")
             fresh = not os.path.exists(path)
-            conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+            conn = sqlite.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             if conn.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:

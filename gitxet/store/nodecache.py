@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Protocol
 from gitxet.errors import StoreError
 from gitxet.hashing import chunk_hash, to_hex
 from gitxet.settings import DEFAULT_CACHE_BYTES
+from gitxet.util import sqlite
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
 from gitxet.util.memory import filled_bytes
 from gitxet.util.streams import write_all
@@ -140,7 +141,7 @@ def cache_total(root: str) -> int:
     if not os.path.exists(path):
         return 0
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        conn = sqlite.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
         try:
             row = conn.execute("SELECT v FROM meta WHERE k = 'total'").fetchone()
         finally:
@@ -173,7 +174,7 @@ class NodeCache:
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            db = sqlite3.connect(
+            db = sqlite.connect(
                 os.path.join(self.root, "index.sqlite"),
                 timeout=60,
                 isolation_level=None,

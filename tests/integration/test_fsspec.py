@@ -24,6 +24,7 @@ import pytest
 
 import gitxet
 from gitxet.fsspec import XetFileSystem, format_url
+from tests.helpers.loader import read_all
 from tests.helpers.proc import git_env, remote_and_work
 
 pytestmark = pytest.mark.timeout(300)
@@ -393,6 +394,37 @@ def test_fork_child_reads_with_its_own_handles(fs: XetFileSystem, dataset: dict[
         assert f.read(10) == data[:10]  # the parent's handles still work
     finally:
         f.close()
+
+
+def test_spawned_loader_workers_read_exact_bytes_while_the_parent_reads(
+    fs: XetFileSystem, dataset: dict[str, Any]
+) -> None:
+    """Four spawned workers, each with the pickled filesystem, read every file while a
+    thread of the parent keeps reading too. (Forked workers: tests/unit/test_sqlite_fork.)"""
+    import multiprocessing
+    import threading
+
+    files: dict[str, bytes] = dataset["v2"]
+    names = [url(dataset, "main", p) for p in sorted(files)]
+    want = [sha(files[p]) for p in sorted(files)]
+    stop = threading.Event()
+
+    wrong: list[str] = []
+
+    def parent_reads() -> None:
+        while not stop.is_set():
+            wrong.extend(n for n, w in zip(names, want, strict=True) if sha(fs.cat_file(n)) != w)
+
+    reader = threading.Thread(target=parent_reads, daemon=True)
+    reader.start()
+    try:
+        with multiprocessing.get_context("spawn").Pool(4) as pool:
+            got = pool.map_async(read_all, [(fs, names)] * 8).get(timeout=120)
+    finally:
+        stop.set()
+        reader.join(60)
+    assert got == [want] * 8
+    assert not wrong
 
 
 # ---- the small Python API ----------------------------------------------------------------------
