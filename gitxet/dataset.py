@@ -626,8 +626,11 @@ class Dataset:
         except GitError as exc:  # a tree or blob (its id, 'v1^{tree}'): git's words were
             # "git: v1^{tree}^{commit}: expected commit type, but the object dereferences..."
             found = re.search(r"dereferences to (\w+) type", str(exc))
-            if found is None:
-                raise
+            if found is None:  # git refused the revision itself ('HEAD:../..')
+                said = str(exc).rpartition("fatal: ")[2].strip()
+                raise NotFoundError(
+                    f"{rev!r} is not a revision of {self.description}: {said}"
+                ) from None
             raise NotFoundError(
                 f"{rev!r} in {self.description} is a {found.group(1)}, not a commit"
             ) from None

@@ -349,6 +349,11 @@ def test_open_dataset_bad_specs(tmp_path: Path, repos: dict[str, Path]) -> None:
     for rev in ("main^{tree}", tree, tree[:12]):  # (was a bare git error, exit 1)
         with pytest.raises(NotFoundError, match=r"is a tree, not a commit"):
             ds.resolve(rev)
+    # a path relative to a work directory: git refuses it (was a bare GitError, which the
+    # CSI plugin answered as an internal error and the Docker plugin as 'git rev-parse failed')
+    for rev in ("HEAD:../..", "main:./f"):
+        with pytest.raises(NotFoundError, match=r"is not a revision of .*relative path"):
+            ds.resolve(rev)
 
 
 def test_open_commit_resolves_revision_and_subdir(repos: dict[str, Path]) -> None:
