@@ -309,3 +309,27 @@ def test_stop_is_bounded_when_a_model_call_hangs(caplog: pytest.LogCaptureFixtur
     while server_threads(srv) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not server_threads(srv)  # the stuck worker ends once the model returns
+
+
+def test_idle_connections_do_not_lock_other_clients_out() -> None:
+    """Clients that connect and send nothing (or stall inside a call) hold every connection
+    slot: a real client still gets in, the idle ones are closed oldest first (they were
+    kept for good, and every later client was refused)."""
+    with NFSServer(MemoryFS(tree()), max_connections=3) as srv:
+        idle = [socket.create_connection(("127.0.0.1", srv.nfs_port), timeout=TIMEOUT)]
+        idle[0].sendall(b"\x80\x00")  # half a record mark, then nothing
+        idle += [
+            socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+            for port in (srv.nfs_port, srv.mount_port)
+        ]
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while len(srv._conns) < 3:  # accepted (the accept loop runs on its own)
+                assert time.monotonic() < deadline, "the server never accepted them"
+                time.sleep(0.01)
+            assert "README.md" in ls(srv.url)
+            assert cat(url(srv, "README.md")) == b"# dataset\n"
+            assert idle[0].recv(1) == b""  # the oldest idle one was closed
+        finally:
+            for sock in idle:
+                sock.close()

@@ -51,6 +51,8 @@ class _Connection:
         self.inflight = threading.BoundedSemaphore(max_inflight)
         self.closed = threading.Event()
         self.thread: threading.Thread | None = None
+        self.last_call = time.monotonic()  # when its last whole call arrived (or it connected)
+        self.pending = 0  # calls queued or running (changed under the server's _conns_lock)
 
     def send(self, payload: bytes) -> None:
         if self.closed.is_set():
@@ -314,8 +316,8 @@ class NFSServer:
             return
         peer = f"{addr[0]}:{addr[1]}"
         with self._conns_lock:
-            if len(self._conns) >= self.max_connections:
-                log.warning("refusing %s: %d connections open", peer, len(self._conns))
+            if len(self._conns) >= self.max_connections and not self._evict_idle():
+                log.warning("refusing %s: %d connections open, all busy", peer, len(self._conns))
                 sock.close()
                 return
             # The timeout bounds how long a worker can be stuck sending to a client that
@@ -333,6 +335,24 @@ class NFSServer:
         log.debug("connection from %s", peer)
         conn.thread.start()
 
+    def _evict_idle(self) -> bool:
+        """Close the connection idle longest (no call in flight), as knfsd does when over its
+        limit: clients that connect and never send (or stall mid-call) must not lock every
+        other client out. An NFS client whose connection closes connects again. Called under
+        ``_conns_lock``; False when every connection has a call in flight."""
+        idle = [c for c in self._conns if not c.pending]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda c: c.last_call)
+        log.info(
+            "closing %s, idle for %.0f s: too many connections",
+            oldest.peer,
+            time.monotonic() - oldest.last_call,
+        )
+        oldest.shutdown()
+        self._conns.discard(oldest)
+        return True
+
     def _read_loop(self, conn: _Connection) -> None:
         reader = RecordReader(conn.recv, self.max_record)
         try:
@@ -341,6 +361,9 @@ class NFSServer:
                 if record is None:
                     break
                 # Wait for a free in-flight slot, but notice a shutdown meanwhile.
+                with self._conns_lock:
+                    conn.last_call = time.monotonic()
+                    conn.pending += 1
                 while not conn.inflight.acquire(timeout=0.2):
                     if conn.closed.is_set():
                         return
@@ -366,6 +389,8 @@ class NFSServer:
                 conn.send(reply)
         finally:
             conn.inflight.release()
+            with self._conns_lock:
+                conn.pending -= 1
 
     def _worker(self) -> None:
         while True:
