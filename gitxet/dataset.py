@@ -803,6 +803,9 @@ def mirror_git_metadata(url: str, access: HttpAccess) -> str:
     # find another in this process's GITXET_TOKEN (a plugin's own, which its volumes
     # never get)
     env = child_env(_git_auth_env(token), drop=(TOKEN_ENV, TOKEN_FILE_ENV))
+    # http(s) only, whatever git's config says (a url.<base>.insteadOf, protocol.allow) and
+    # wherever the server redirects: a plugin mirrors on behalf of whoever named the URL
+    env["GIT_ALLOW_PROTOCOL"] = "http:https"
     if os.path.isdir(path):
         args = ["git", "--git-dir", path, "fetch", "--quiet", "--prune", "origin"]
     else:

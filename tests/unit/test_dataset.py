@@ -18,11 +18,13 @@ from gitxet.data.reconstruct import FileReader
 from gitxet.data.sources import LayeredSource
 from gitxet.data.transfer import LocalDirRemote
 from gitxet.dataset import (
+    HttpAccess,
     RemoteLayer,
     Remotes,
     Search,
     cas_root,
     fetch_from_any,
+    mirror_git_metadata,
     open_commit,
     open_dataset,
     source_with,
@@ -31,6 +33,7 @@ from gitxet.errors import (
     ConfigError,
     DataUnavailableError,
     FileNotFoundInCASError,
+    GitxetError,
     NotFoundError,
     RemoteError,
     XorbNotFoundError,
@@ -354,6 +357,17 @@ def test_open_dataset_bad_specs(tmp_path: Path, repos: dict[str, Path]) -> None:
     for rev in ("HEAD:../..", "main:./f"):
         with pytest.raises(NotFoundError, match=r"is not a revision of .*relative path"):
             ds.resolve(rev)
+
+
+def test_an_http_mirror_is_made_over_http_only(tmp_path: Path, repos: dict[str, Path]) -> None:
+    """The mirror a mount or plugin makes of an http(s) URL uses http(s) only, whatever
+    git's config rewrites the URL to (a file:// repository here, or ext::) or the server
+    redirects to."""
+    url = "http://127.0.0.1:9/data.git"
+    git(tmp_path, "config", "--global", f"url.file://{repos['origin']}.insteadOf", url)
+    with pytest.raises(GitxetError, match="not allowed"):
+        mirror_git_metadata(url, HttpAccess(str(tmp_path / "cache")))
+    assert not list((tmp_path / "cache" / "repos").iterdir())  # no mirror, no temp left
 
 
 def test_open_commit_resolves_revision_and_subdir(repos: dict[str, Path]) -> None:
