@@ -396,12 +396,17 @@ class LocalCAS:
             f.write(footer)
         return True
 
-    def _read_file(self, xorb_hash: bytes) -> bytes:
+    def _read_body(self, xorb_hash: bytes, size: int) -> bytes:
+        """The first ``size`` bytes of a stored xorb (its body: the footer is not read, nor
+        copied out of a read of the whole file)."""
         try:
             with open(self.xorb_path(xorb_hash), "rb") as f:
-                return f.read()
+                data = f.read(size)
         except FileNotFoundError:
             raise XorbNotFoundError(to_hex(xorb_hash)) from None
+        if len(data) != size:
+            raise IntegrityError("xorb", to_hex(xorb_hash), "truncated on disk")
+        return data
 
     def layout(self, xorb_hash: bytes) -> XorbLayout:
         """Chunk layout of a stored xorb, read from its footer and verified against its hash."""
@@ -607,8 +612,7 @@ class LocalCAS:
         receiver that verifies them anyway (every ``put_xorb`` and every CAS server does).
         """
         lay = self.layout(xorb_hash)
-        data = self._read_file(xorb_hash)
-        body = data[: lay.body_size]
+        body = self._read_body(xorb_hash, lay.body_size)
         if not verify:
             return body
         chunks = xorbfmt.decode_chunks(body)
