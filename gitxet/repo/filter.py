@@ -74,6 +74,10 @@ class FilterHandler:
         self._readahead: CleanReadahead[Hashed] | None = None
         self._recovered = False  # dead sessions' journals stored by this process
         self._dedup: RemoteDedup | bool | None = None  # False: no CAS server to dedup with
+        # what the versions of paths are read with during :meth:`staging` (a ``git add``:
+        # the paths' pointers in HEAD and the index only hint dedup, so git's index being
+        # read once, when the session starts, is fine)
+        self._catfile: process.CatFile | None = None
 
     @property
     def threshold(self) -> int:
@@ -207,7 +211,8 @@ class FilterHandler:
             return None
         versions: list[bytes] = []
         if path:
-            with process.CatFile(self.cwd) as cf:
+            session = self._catfile  # a filter session's (a process per file: ~3 ms each)
+            with contextlib.nullcontext(session) if session else process.CatFile(self.cwd) as cf:
                 for spec in (f"HEAD:{path}", f":{path}"):
                     try:
                         kind, data = cf.read(spec, max_size=MAX_POINTER_SIZE)
@@ -231,6 +236,7 @@ class FilterHandler:
             self._readahead = CleanReadahead(
                 self.worktree, prepare=hash_small, told=self._attrs_ahead
             )
+        self._catfile = process.CatFile(self.cwd)
         try:
             with StagedIngest(self.cas) as staged:
                 self._staged = staged
@@ -242,6 +248,9 @@ class FilterHandler:
             ra, self._readahead = self._readahead, None
             if ra is not None:
                 ra.close()
+            cf, self._catfile = self._catfile, None
+            if cf is not None:
+                cf.close()
 
     def recover_staged(self) -> int:
         """Store the data journaled by filter sessions that died; returns a file count."""
