@@ -457,3 +457,53 @@ def test_describe_leaves_a_hostile_block_to_file_info(tmp_path: str) -> None:
     with pytest.raises(ShardFormatError):
         cas.file_info(hashes[2])
     assert cas.file_info(hashes[0]) == LocalCAS(root, durable=False).file_info(hashes[0])
+
+
+def _many_file_shards(shards: int, files: int) -> tuple[bytes, list[bytes]]:
+    """``shards`` serialized shards of ``files`` one-chunk files each, all in one xorb
+    (named, not stored: callers pass it as a remote xorb)."""
+    xorb = b"\x07" * 32
+    rnd = random.Random(5)
+    out = []
+    for _ in range(shards):
+        hashes = [rnd.randbytes(32) for _ in range(files)]
+        infos = [
+            shardfmt.FileInfo(rnd.randbytes(32), [shardfmt.FileTerm(xorb, i, i + 1, 100)])
+            for i in range(files)
+        ]
+        chunks = shardfmt.XorbInfo.from_chunks(xorb, hashes, [100] * files)
+        out.append(shardfmt.upload_shard_for(infos, [chunks]))
+    return xorb, out
+
+
+def test_shards_are_indexed_one_at_a_time(tmp_path: str) -> None:
+    """A push stores every shard of its files at once (put_shards), and a store with no
+    index re-reads them all (rebuild_index): a parsed shard is ~1 KB a file, so they
+    are parsed and indexed one by one, never all held (100 MB at 100,000 files)."""
+    import tracemalloc
+
+    xorb, datas = _many_file_shards(20, 500)
+    cas = LocalCAS(os.path.join(str(tmp_path), "cas"), durable=False)
+    assert cas.shards_for_files([]) == set()  # the index exists before the measure
+    probe = shardfmt.parse_shard(datas[7]).files[3].file_hash
+    tracemalloc.start()
+    try:
+        parsed = shardfmt.parse_shard(datas[0])
+        one = tracemalloc.get_traced_memory()[0]  # one shard parsed (500 files)
+        del parsed
+        tracemalloc.reset_peak()
+        names = cas.put_shards(datas, remote_xorbs={xorb})
+        _, stored_peak = tracemalloc.get_traced_memory()
+        cas.close()
+        fresh = LocalCAS(os.path.join(str(tmp_path), "cas"), durable=False)
+        os.unlink(os.path.join(str(tmp_path), "cas", "index.sqlite"))
+        tracemalloc.reset_peak()
+        found = fresh.shards_for_files([probe])  # no index: rebuilt from the 20 shards
+        _, rebuilt_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(names) == 20
+    # all 20 parsed at once: 12.5 and 6.2 MB before; one by one: 0.36 and 0.44 MB (one: 0.31)
+    assert stored_peak < 3 * one, (stored_peak, one)
+    assert rebuilt_peak < 3 * one, (rebuilt_peak, one)
+    assert found == {names[7]}
