@@ -52,9 +52,9 @@ def blob_id(data: bytes, object_format: str = "sha1") -> bytes:
 def _stat_fields(st: os.stat_result, mode: int) -> bytes:
     # git keeps the low 32 bits of every field (sizes of 4 GiB and more wrap, as in git)
     return _STAT.pack(
-        int(st.st_ctime) & _U32,
+        (st.st_ctime_ns // 1_000_000_000) & _U32,  # not the float: x.9999999 rounds up
         st.st_ctime_ns % 1_000_000_000,
-        int(st.st_mtime) & _U32,
+        (st.st_mtime_ns // 1_000_000_000) & _U32,
         st.st_mtime_ns % 1_000_000_000,
         st.st_dev & _U32,
         st.st_ino & _U32,

@@ -491,9 +491,14 @@ def test_clone_writes_files_git_then_sees_unchanged(tmp_path: Path) -> None:
     # the index entries were given the new stat in place: no `update-index --refresh`
     # that would pipe every byte back through the filter
     assert "update-index" not in trace.read_text()
+    # the files are dated before the index's second: git reads "racily clean" entries
+    # (mtime in the index's own second) back through the filter in the next status
+    index_second = (clone / ".git" / "index").stat().st_mtime_ns // 10**9
+    for name in [*files, "run.bin"]:
+        assert (clone / name).stat().st_mtime_ns // 10**9 < index_second
     # the index already holds the written files' stat: git neither reports them changed
-    # nor starts the filter to read 3 MB back. (Entries written in the index's own clock
-    # tick are "racily clean" and git would re-check them: an index dated later avoids it.)
+    # nor starts the filter to read 3 MB back. (The small files git wrote itself,
+    # `.gitattributes`, may be racily clean: an index dated later leaves those out.)
     future = time.time() + 60
     os.utime(clone / ".git" / "index", (future, future))
     r = run("git", "status", "--porcelain", cwd=clone, env={**os.environ, "GIT_TRACE": "1"})
