@@ -83,6 +83,7 @@ from gitxet.settings import (
     url_token,
 )
 from gitxet.store.cas import LocalCAS
+from gitxet.util import forks  # noqa: F401  (a fork waits for other threads' imports)
 from gitxet.util.procs import proc_stat, runs
 
 if TYPE_CHECKING:  # imported when a commit is opened: the filter never needs the model

@@ -396,11 +396,13 @@ def test_fork_child_reads_with_its_own_handles(fs: XetFileSystem, dataset: dict[
         f.close()
 
 
-def test_spawned_loader_workers_read_exact_bytes_while_the_parent_reads(
-    fs: XetFileSystem, dataset: dict[str, Any]
+@pytest.mark.parametrize("start", ["spawn", "fork"])
+def test_loader_workers_read_exact_bytes_while_the_parent_reads(
+    fs: XetFileSystem, dataset: dict[str, Any], start: str
 ) -> None:
-    """Four spawned workers, each with the pickled filesystem, read every file while a
-    thread of the parent keeps reading too. (Forked workers: tests/unit/test_sqlite_fork.)"""
+    """Four workers (spawned with the pickled filesystem, or forked as torch's DataLoader
+    does by default on Linux) read every file while a thread of the parent keeps reading
+    too. (A fork inside SQLite or an import: tests/unit/test_sqlite_fork, test_fork_imports.)"""
     import multiprocessing
     import threading
 
@@ -418,7 +420,7 @@ def test_spawned_loader_workers_read_exact_bytes_while_the_parent_reads(
     reader = threading.Thread(target=parent_reads, daemon=True)
     reader.start()
     try:
-        with multiprocessing.get_context("spawn").Pool(4) as pool:
+        with multiprocessing.get_context(start).Pool(4) as pool:
             got = pool.map_async(read_all, [(fs, names)] * 8).get(timeout=120)
     finally:
         stop.set()
