@@ -73,14 +73,8 @@ class LocalDirRemote:
 
     def shard_names_for_files(self, file_hashes: list[bytes]) -> tuple[set[str], list[bytes]]:
         """Names of the shards describing ``file_hashes``, and the files none describes."""
-        names: set[str] = set()
-        unknown: list[bytes] = []
-        for fh in file_hashes:
-            found = self.cas.shards_for_files([fh])
-            if not found:
-                unknown.append(fh)
-            names |= found
-        return names, unknown
+        found = self.cas.file_shards(file_hashes)
+        return set(found.values()), [fh for fh in file_hashes if fh not in found]
 
     def shard_bytes(self, name: str) -> bytes:
         return self.cas.shard_bytes(name)
@@ -164,6 +158,10 @@ def _shard_xorbs(shard: shardfmt.Shard) -> set[bytes]:
     return {t.xorb_hash for f in shard.files for t in f.terms} | {x.xorb_hash for x in shard.xorbs}
 
 
+#: files :func:`push_files` looks up in the local index at once
+_ASK_BATCH = 1000
+
+
 def push_files(
     local: LocalCAS,
     remote: CASRemote,
@@ -180,13 +178,16 @@ def push_files(
     """
     wanted = list(dict.fromkeys(file_hashes))
     shard_names: set[str] = set()
-    for fhash in wanted:
-        names = local.shards_for_files([fhash])
-        if not names and local.file_info(fhash) is None and fhash != bytes(32):
+    for i in range(0, len(wanted), _ASK_BATCH):  # the index asked per batch, not per file
+        part = wanted[i : i + _ASK_BATCH]
+        found = local.file_shards(part)
+        shard_names.update(found.values())
+        for fhash in part:
+            if fhash in found or fhash == bytes(32) or local.file_info(fhash) is not None:
+                continue
             if remote.shards_for_file(fhash):
                 continue  # uploaded by someone else (another clone, hf_xet): nothing to send
             raise FileNotFoundInCASError(to_hex(fhash))
-        shard_names.update(names)
     has_shard = getattr(remote, "has_shard", None)  # remotes that can tell cheaply
     if has_shard is not None:
         shard_names = {n for n in shard_names if not has_shard(n)}

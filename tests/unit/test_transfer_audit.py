@@ -189,3 +189,28 @@ def test_fsck_locates_and_reads_files_in_batches_past_the_reconstruction_cache(
     assert calls["block_size"] <= batches * shards, calls  # was 2 a file: 600
     lie = Pointer("0" * 64, len(datas[7]), to_hex(hashes[7]))  # still read and checked
     assert [m.path for m in audit.verify_pointers(cas, [*found, ("lie", lie)])] == ["lie"]
+
+
+def test_push_asks_the_index_per_batch_not_per_file(tmp_path: Path) -> None:
+    """A push asked the local index for each file's shard alone (100,000 queries for a
+    push of 100,000 files), a fetch from a path remote the remote's; the queries are
+    counted on the stores' connections here."""
+    cas = LocalCAS(str(tmp_path / "s"))
+    rnd = random.Random(6)
+    hashes = ingest(cas, *(rnd.randbytes(rnd.randint(1000, 3000)) for _ in range(300)))
+    cas = LocalCAS(str(tmp_path / "s"))
+    statements: list[str] = []
+    cas._db().set_trace_callback(statements.append)
+    remote = LocalDirRemote(str(tmp_path / "remote"))
+    summary = push_files(cas, remote, hashes, workers=2)
+    cas._db().set_trace_callback(None)
+    assert summary.files == 300 and summary.shards_sent == 1
+    assert all(remote.has_file(h) for h in hashes)
+    asked = [s for s in statements if "FROM files" in s]
+    assert 1 <= len(asked) <= 3, len(asked)  # was one a file: 300
+    statements.clear()  # a fetch from a path remote asks its index the same way
+    remote.cas._db().set_trace_callback(statements.append)
+    names, unknown = remote.shard_names_for_files([*hashes, b"\x09" * 32])
+    remote.cas._db().set_trace_callback(None)
+    assert len(names) == 1 and unknown == [b"\x09" * 32]
+    assert 1 <= len([s for s in statements if "FROM files" in s]) <= 3  # was 301
