@@ -30,12 +30,15 @@ URL query string.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import http.client
 import importlib
+import itertools
 import json
 import mmap
 import os
+import socket
 import ssl
 import threading
 import time
@@ -43,7 +46,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from gitxet.errors import (
     AuthError,
@@ -55,7 +58,7 @@ from gitxet.errors import (
     XorbNotFoundError,
 )
 from gitxet.formats.shard import FileInfo, Shard, parse_shard
-from gitxet.formats.xorb import verify_xorb
+from gitxet.formats.xorb import MAX_XORB_READ_BYTES, verify_xorb
 from gitxet.hashing import from_hex, to_hex
 from gitxet.remote import protocol as p
 from gitxet.remote._sync_only import without_unused
@@ -101,6 +104,67 @@ def _parse_retry_after(v: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+#: The most bytes an API answer may hold once decoded: JSON answers, and shards (a stored
+#: shard is at most 64 MiB; a batch of descriptions stays far below). A bigger answer, or a
+#: small gzip body that inflates to gigabytes, is refused before it fills memory.
+MAX_JSON_ANSWER = 32 << 20
+MAX_SHARD_ANSWER = 256 << 20
+#: After the first ``timeout`` seconds, an answer's body must keep arriving at this average
+#: rate (bytes per second): a server dripping a byte a second fails in bounded time (the
+#: per-read timeout alone never fires while each byte comes in time).
+MIN_BODY_RATE = 64 << 10
+#: Redirects a discovery request follows (on the same server only).
+MAX_REDIRECTS = 5
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+#: Headers that describe the wire body, not the decoded one kept.
+_WIRE_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+
+
+def too_slow(started: float, got: int, timeout: float) -> bool:
+    """Whether a body of which ``got`` bytes arrived since ``started`` (monotonic) is slower
+    than ``timeout`` seconds plus :data:`MIN_BODY_RATE`."""
+    return time.monotonic() - started > timeout + got / MIN_BODY_RATE
+
+
+def _read_bounded(
+    client: httpx.Client, request: httpx.Request, *, what: str, limit: int, timeout: float
+) -> httpx.Response:
+    """Send ``request`` and read its answer whole, decoded, refusing one over ``limit``
+    bytes or one slower than :func:`too_slow` allows.
+
+    Raises:
+        RemoteError: too big, too slow or undecodable.
+        httpx.TransportError: the request failed.
+    """
+    started = time.monotonic()
+    resp = client.send(request, stream=True, follow_redirects=False)
+    body = bytearray()
+    try:
+        for part in resp.iter_bytes():
+            body += part
+            if len(body) > limit:
+                raise RemoteError(
+                    f"{what}: the server's answer is larger than {limit >> 20} MiB",
+                    resp.status_code,
+                )
+            if too_slow(started, len(body), timeout):
+                raise RemoteError(
+                    f"{what}: the server's answer is too slow ({len(body)} bytes in "
+                    f"{time.monotonic() - started:.0f} s)",
+                    resp.status_code,
+                )
+    except httpx.DecodingError:
+        raise RemoteError(
+            f"{what}: the server's answer cannot be decoded "
+            f"(Content-Encoding: {resp.headers.get('content-encoding', '')[:40]})",
+            resp.status_code,
+        ) from None
+    finally:
+        resp.close()
+    kept = [(k, v) for k, v in resp.headers.multi_items() if k.lower() not in _WIRE_HEADERS]
+    return httpx.Response(resp.status_code, headers=kept, content=bytes(body), request=request)
 
 
 def _detail_text(text: str) -> str:
@@ -262,6 +326,68 @@ class _DataConnections:
             conn.close()
 
 
+class _Deadlines:
+    """Ranged GETs in flight and when each must be done. A daemon thread shuts a late
+    one's socket down (its read then ends short): a server that drips a byte in time for
+    every per-read timeout still fails in bounded time. One for the process, made again in
+    a forked child."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[int, tuple[float, socket.socket]] = {}
+        self._fired: set[int] = set()
+        self._keys = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._wake_at = float("inf")  # when the thread wakes next
+
+    def watch(self, sock: socket.socket, due: float) -> int:
+        """Shut ``sock`` down at ``due`` (monotonic) unless :meth:`done` comes first."""
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="gitxet-range-deadlines", daemon=True
+                )
+                self._thread.start()
+            key = next(self._keys)
+            self._due[key] = (due, sock)
+            if due < self._wake_at:  # else the thread wakes in time anyway
+                self._cond.notify()
+            return key
+
+    def done(self, key: int) -> bool:
+        """Stop watching; whether the deadline had come."""
+        with self._cond:
+            self._due.pop(key, None)
+            if key in self._fired:
+                self._fired.discard(key)
+                return True
+            return False
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                for key, (due, sock) in list(self._due.items()):
+                    if due <= now:
+                        del self._due[key]
+                        self._fired.add(key)
+                        with contextlib.suppress(OSError):
+                            # the plain socket's: an SSLSocket's own would drop TLS and let
+                            # the reader take raw records for data
+                            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                nearest = min((due for due, _ in self._due.values()), default=None)
+                self._wake_at = float("inf") if nearest is None else nearest
+                self._cond.wait(None if nearest is None else max(0.01, nearest - now))
+
+    def reset(self) -> None:
+        """In a forked child: the parent's thread and lock are not ours."""
+        self.__init__()  # type: ignore[misc]
+
+
+_DEADLINES = _Deadlines()
+os.register_at_fork(after_in_child=_DEADLINES.reset)
+
+
 def _proxy_for(scheme: str) -> tuple[str, int] | None:
     url = urllib.request.getproxies().get(scheme)
     if not url:
@@ -368,6 +494,7 @@ class CASClient:
         self.max_parallel = max(1, max_parallel)
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
+        self._timeout = timeout
         self._data = _DataConnections(timeout)
         self.session_id = str(uuid.uuid4())
         # Remembered fallbacks (None = not known yet).
@@ -417,9 +544,10 @@ class CASClient:
         headers: Mapping[str, str] | None = None,
         content: bytes | None = None,
         json_body: Any = None,
+        limit: int = MAX_JSON_ANSWER,
     ) -> httpx.Response:
-        """One attempt: a response whose status is in ``ok``; ``Retry`` for a failure worth
-        retrying; any other status raises its error."""
+        """One attempt: a response whose status is in ``ok`` (its body at most ``limit``
+        bytes); ``Retry`` for a failure worth retrying; any other status raises its error."""
         hdrs = self._headers(auth)
         if headers:
             hdrs.update(headers)
@@ -428,7 +556,10 @@ class CASClient:
             self._pid = os.getpid()
             self.http = httpx.Client(timeout=self.http.timeout, limits=self._limits, verify=_tls())
         try:
-            resp = self.http.request(method, url, headers=hdrs, content=content, json=json_body)
+            request = self.http.build_request(
+                method, url, headers=hdrs, content=content, json=json_body
+            )
+            resp = _read_bounded(self.http, request, what=what, limit=limit, timeout=self._timeout)
         except httpx.TransportError as e:
             raise Retry(transport_error(what, url, e)) from None
         if resp.status_code in ok:
@@ -540,7 +671,13 @@ class CASClient:
             conn, target = self._data.get(url)
             hdrs = self._headers(auth=False)
             hdrs["Range"] = p.format_range(start + got, end)
+            first, started, watch = got, time.monotonic(), None
             try:
+                if conn.sock is None:
+                    conn.connect()
+                # the whole answer within the timeout plus MIN_BODY_RATE
+                due = started + self._timeout + (want - got) / MIN_BODY_RATE
+                watch = _DEADLINES.watch(conn.sock, due)
                 conn.request("GET", target, headers=hdrs)
                 resp = conn.getresponse()
                 if resp.status not in (200, 206):
@@ -551,8 +688,13 @@ class CASClient:
                         raise Retry(err, after=_parse_retry_after(resp.getheader("retry-after")))
                     raise err
                 if resp.status == 200:
-                    # A server that ignored Range sends the whole object: take the part.
-                    body = resp.read()
+                    # A server that ignored Range sends the whole object: take the part (of
+                    # at most a whole xorb's bytes, never an unbounded body in memory).
+                    limit = max(end + 1, MAX_XORB_READ_BYTES)
+                    body = resp.read(limit + 1)
+                    self._data.drop(url)
+                    if len(body) > limit:
+                        raise RemoteError(f"{what}: the whole object is larger than a xorb")
                     if len(body) <= end:
                         raise RemoteError(f"{what}: object shorter than the range")
                     view[got:] = body[start + got : end + 1]
@@ -569,19 +711,32 @@ class CASClient:
                     got += n
                 if got < want:
                     self._data.drop(url)
+                    if _DEADLINES.done(watch):
+                        raise self._too_slow(what, got - first, started)
                     raise Retry(RemoteError(f"{what}: got {got} of {want} bytes"))
                 if resp.read(1):
                     self._data.drop(url)
                     raise RemoteError(f"{what}: longer than the {want} bytes asked for")
             except (OSError, http.client.HTTPException) as e:
                 self._data.drop(url)
+                if watch is not None and _DEADLINES.done(watch):
+                    raise self._too_slow(what, got - first, started) from None
                 if got == 0 and isinstance(e, ConnectionRefusedError):
                     raise Retry(transport_error("xorb range", url, e)) from None
                 reason = _transport_reason(e)
                 raise Retry(RemoteError(f"{what}: {reason} after {got} bytes")) from None
+            finally:
+                if watch is not None:
+                    _DEADLINES.done(watch)
 
         self._retrying(attempt)
         return buf
+
+    def _too_slow(self, what: str, got: int, started: float) -> RemoteError:
+        return RemoteError(
+            f"{what}: the server is too slow ({got} bytes in "
+            f"{time.monotonic() - started:.0f} s; the timeout is {self._timeout:g} s)"
+        )
 
     def get_file_shard(self, file_hash_: bytes, *, with_xorbs: bool = True) -> Shard:
         """The file's block plus (``with_xorbs``) the CAS blocks of its xorbs (gitxet
@@ -598,6 +753,7 @@ class CASClient:
             + ("" if with_xorbs else f"?{p.FILE_SHARD_TERMS_ONLY}"),
             what=f"shard of {fx}",
             ok=(200, 404),
+            limit=MAX_SHARD_ANSWER,
         )
         if r.status_code == 404:
             raise FileNotFoundInCASError(fx)
@@ -628,6 +784,7 @@ class CASClient:
                 what=what,
                 json_body=p.presence_request(part),
                 ok=(200, 404, 405, 501),
+                limit=MAX_SHARD_ANSWER,
             )
             if r.status_code != 200:  # an older server, or not a gitxet server
                 return None
@@ -706,7 +863,11 @@ class CASClient:
         holding its block and its xorbs' chunk lists (``GET /v1/file-shards``)."""
         fx = to_hex(file_hash_)
         r = self._request(
-            "GET", self._url(p.FILE_SHARD.format(file_id=fx)), what=f"shard of {fx}", ok=(200, 404)
+            "GET",
+            self._url(p.FILE_SHARD.format(file_id=fx)),
+            what=f"shard of {fx}",
+            ok=(200, 404),
+            limit=MAX_SHARD_ANSWER,
         )
         if r.status_code == 404:
             return []
@@ -870,6 +1031,7 @@ class CASClient:
             what=f"dedup query for {cx}",
             ok=(200, 404, 429),
             retry_statuses=_RETRY_STATUSES - {429},
+            limit=MAX_SHARD_ANSWER,
         )
         if r.status_code != 200:
             return None
@@ -893,22 +1055,41 @@ def discover(
     Raises:
         RemoteError: no discovery document (404), a malformed one, or a transfer failure.
     """
-    client = http or httpx.Client(timeout=30.0, follow_redirects=True, verify=_tls())
+    client = http or httpx.Client(timeout=30.0, verify=_tls())
     url = repo_url.rstrip("/") + p.DISCOVERY_SUFFIX
     where = f"discovery at {strip_credentials(url)}"
     headers = {"User-Agent": USER_AGENT}
     auth: httpx.Auth | None = None
     if token is not None:
         auth = httpx.BasicAuth("gitxet", token)
+    else:
+        s = urlsplit(url)
+        if s.username is not None:  # kept for a redirect on the same server
+            auth = httpx.BasicAuth(unquote(s.username), unquote(s.password or ""))
     try:
-        try:
-            r = (
-                client.get(url, headers=headers, auth=auth)
-                if auth
-                else client.get(url, headers=headers)
-            )
-        except httpx.TransportError as e:
-            raise transport_error("discovery", repo_url, e) from None
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                request = client.build_request("GET", url, headers=headers)
+                if auth is not None:
+                    request = next(auth.auth_flow(request))
+                r = _read_bounded(client, request, what=where, limit=MAX_JSON_ANSWER, timeout=30.0)
+            except httpx.TransportError as e:
+                raise transport_error("discovery", repo_url, e) from None
+            location = r.headers.get("location")
+            if r.status_code not in _REDIRECTS or location is None:
+                break
+            target = urljoin(url, location)
+            if not same_server(url, target):
+                # the answer would name the CAS our token goes to: never another server's
+                raise RemoteError(
+                    f"{where}: redirected to another server "
+                    f"({strip_credentials(target)[:200]}), not followed; if that is the "
+                    "repository's new address, use it as the remote's URL",
+                    r.status_code,
+                )
+            url = target
+        else:
+            raise RemoteError(f"{where}: more than {MAX_REDIRECTS} redirects", r.status_code)
         if r.status_code in (401, 403):
             raise AuthError(f"{where}: HTTP {r.status_code}", r.status_code)
         if r.status_code != 200:
@@ -926,6 +1107,21 @@ def discover(
             client.close()
 
 
+def same_server(url: str, target: str) -> bool:
+    """Whether ``target`` is on ``url``'s server: the same scheme, host and port, or the
+    same host moved from http to https (its default port)."""
+    a, b = urlsplit(url), urlsplit(target)
+    try:
+        a_port, b_port = a.port, b.port
+    except ValueError:
+        return False
+    if a.hostname is None or a.hostname != b.hostname:
+        return False
+    if (a.scheme, a_port) == (b.scheme, b_port):
+        return True
+    return a.scheme == "http" and b.scheme == "https" and b_port in (None, 443)
+
+
 def is_gitxet_server(repo_url: str, *, timeout: float = 5.0) -> bool:
     """Whether ``repo_url``'s server is a gitxet server that wants a token: an anonymous
     ``info/refs`` request is answered 401 with the ``realm="gitxet"`` challenge.
@@ -936,7 +1132,8 @@ def is_gitxet_server(repo_url: str, *, timeout: float = 5.0) -> bool:
     url = info_refs_url(repo_url)
     try:
         with httpx.Client(timeout=timeout, follow_redirects=False, verify=_tls()) as client:
-            r = client.get(url, headers={"User-Agent": USER_AGENT})
-    except (httpx.HTTPError, ValueError):
+            request = client.build_request("GET", url, headers={"User-Agent": USER_AGENT})
+            r = _read_bounded(client, request, what=url, limit=MAX_JSON_ANSWER, timeout=timeout)
+    except (httpx.HTTPError, RemoteError, ValueError):
         return False
     return is_gitxet_challenge(r.status_code, r.headers.get("www-authenticate", ""))
