@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass
 from typing import Protocol
@@ -81,6 +81,11 @@ class LocalDirRemote:
 
     def has_file(self, file_hash: bytes) -> bool:
         return bool(self.cas.shards_for_files([file_hash]))
+
+    def missing_files(self, file_hashes: Sequence[bytes]) -> set[bytes]:
+        """Those of ``file_hashes`` no shard here describes (:meth:`has_file` in batches)."""
+        found = self.cas.file_shards(file_hashes)
+        return {h for h in file_hashes if h not in found}
 
     def has_shard(self, name: str) -> bool:
         return self.cas.has_shard(name)

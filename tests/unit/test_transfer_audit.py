@@ -214,3 +214,29 @@ def test_push_asks_the_index_per_batch_not_per_file(tmp_path: Path) -> None:
     remote.cas._db().set_trace_callback(None)
     assert len(names) == 1 and unknown == [b"\x09" * 32]
     assert 1 <= len([s for s in statements if "FROM files" in s]) <= 3  # was 301
+
+
+def test_unpushed_files_are_counted_in_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``git xet status`` counts the files of the history whose data a path remote lacks:
+    asked per file (an index query each), with every list held for all of them (322 MB
+    at 100,000 files); now per batch (50 here), one query per batch."""
+    from gitxet.data import audit
+
+    monkeypatch.setattr(audit, "_BATCH", 50)
+    cas = LocalCAS(str(tmp_path / "s"))
+    rnd = random.Random(8)
+    datas = [rnd.randbytes(rnd.randint(1000, 3000)) for _ in range(300)]
+    hashes = ingest(cas, *datas[:120]) + ingest(cas, *datas[120:])
+    remote = LocalDirRemote(str(tmp_path / "remote"))
+    push_files(cas, remote, hashes[:120])
+    found = [
+        (f"f{i}", Pointer(hashlib.sha256(d).hexdigest(), len(d), to_hex(h)))
+        for i, (d, h) in enumerate(zip(datas, hashes, strict=True))
+    ]
+    statements: list[str] = []
+    remote.cas._db().set_trace_callback(statements.append)
+    assert audit.count_unpushed(cas, remote, found) == 180
+    remote.cas._db().set_trace_callback(None)
+    assert len([s for s in statements if "FROM files" in s]) <= 300 // 50  # was 300
