@@ -1,8 +1,9 @@
-"""Only the C extension is declared here; everything else is in pyproject.toml.
+"""Only the C extensions are declared here; everything else is in pyproject.toml.
 
-The chunker kernel is optional for local installs (the pure-Python reference is the
-fallback) but mandatory when GITXET_REQUIRE_NATIVE=1, so CI and release builds can never
-ship silently without it.
+The chunker kernel and the background I/O thread (``gitxet.util._bgio``) are optional for
+local installs (the fallbacks: the pure-Python chunker, that I/O on the calling thread)
+but mandatory when GITXET_REQUIRE_NATIVE=1, so CI and release builds can never ship
+silently without them.
 """
 
 import os
@@ -18,6 +19,12 @@ setup(
             ["gitxet/chunking/_cdc.c"],
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wconversion", "-Wsign-compare"],
             optional=not required,
-        )
+        ),
+        Extension(
+            "gitxet.util._bgio",
+            ["gitxet/util/_bgio.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wconversion", "-Wsign-compare"],
+            optional=not required,
+        ),
     ]
 )

@@ -35,5 +35,5 @@ fi
 # byte-compile once: git starts git-xet for every filter run and hook, and an editable
 # install under PYTHONDONTWRITEBYTECODE would otherwise recompile gitxet each time
 "$VENV/bin/python" -m compileall -q gitxet >/dev/null
-# the C chunker must really be built: a silent fallback is a failure
-GITXET_REQUIRE_NATIVE=1 "$VENV/bin/python" -c 'import gitxet.chunking as c; assert c.NATIVE, "native chunker missing"'
+# the C chunker and I/O thread must really be built: a silent fallback is a failure
+GITXET_REQUIRE_NATIVE=1 "$VENV/bin/python" -c 'import gitxet.chunking as c, gitxet.util.bgio as b; assert c.NATIVE, "native chunker missing"; assert b.NATIVE, "C I/O thread missing"'

@@ -330,6 +330,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """User + system CPU seconds of each thread of a process so far (by thread id)."""
+    out: dict[int, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # (a thread that ended)
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine so far, every core (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - idle) / hz, sum(ticks) / hz
+
+
 def run_mount(args: argparse.Namespace, work: Path) -> dict[str, object]:
     """Only the mount's cold read vs local disk; the remote is built once and kept."""
     data = work / "data"
@@ -365,9 +387,14 @@ def run_mount(args: argparse.Namespace, work: Path) -> dict[str, object]:
         res["mount_find"], _ = timed_find(mnt)
         pid = mount_pid(mnt, env)
         drop_caches()
-        cpu = cpu_seconds(pid)
+        cpu, threads, busy = cpu_seconds(pid), thread_cpu(pid), machine_busy()
         s, n, e = read_all(mnt, rels)
         res["daemon_cpu"] = cpu_seconds(pid) - cpu
+        busy_after = machine_busy()
+        res["machine_busy"] = (busy_after[0] - busy[0]) / max(busy_after[1] - busy[1], 1e-9)
+        after = thread_cpu(pid)
+        # the busiest thread is the one serving FUSE requests
+        res["serving_cpu"] = max(t - threads.get(tid, 0.0) for tid, t in after.items())
         res["mount_read"], res["mount_errors"], res["mount_all_bytes"] = s, e, n == total
         res["mount_rss_mb"] = rss_mb(pid)
     finally:
@@ -391,6 +418,16 @@ def report_mount(res: dict[str, object]) -> None:
         "",
         "",
     )
+    if "machine_busy" in f:
+        row("every core's time busy during the read", f"{f['machine_busy']:.0%}", "", "", "")
+    if "serving_cpu" in f:
+        row(
+            "of which its busiest (serving) thread",
+            f"{f['serving_cpu'] * 1e3 / files:.3f}",
+            "",
+            "",
+            "",
+        )
     row("mount ready / find (s)", f"{f['mount_ready']:.2f} / {f['mount_find']:.2f}", "", "", "")
     row("mount daemon peak RSS (MB)", f"{f['mount_rss_mb']:.0f}", "", "", "")
 

@@ -52,7 +52,7 @@ from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
 from gitxet.hashing import chunk_hash, merkle_root, to_hex
 from gitxet.store.locking import file_lock
-from gitxet.util import nowait, sqlite
+from gitxet.util import bgio, nowait, sqlite
 from gitxet.util.atomic import atomic_write, atomic_writer, remove_stale_temps, sync_written
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
 from gitxet.util.streams import write_all
@@ -67,6 +67,11 @@ MAX_LAYOUTS = 4096
 _SEQ_NEAR = 2 << 20
 #: ... asks the kernel to read this much further ahead (consecutive small files)
 _SEQ_AHEAD = 16 << 20
+#: an event loop's read of a xorb that continues its last one has the next bytes read into
+#: memory ahead of it by the C I/O thread (see :class:`_PreReads`), in blocks of this many
+#: bytes, this many blocks ahead
+PREREAD_BLOCK = 4 << 20
+PREREAD_DEPTH = 2
 #: file reconstructions kept per store
 _DESCRIBE_SPAN = 4 << 20  # bytes of a shard read at once for the file blocks describe() wants
 _DESCRIBE_BATCH = 1000  # files :meth:`LocalCAS.lacking_data` reads, then checks, at once
@@ -154,6 +159,112 @@ class StoreStats:
     shard_bytes: int
 
 
+class _Block:
+    __slots__ = ("data", "end", "start", "xf", "xorb")
+
+    def __init__(self, xorb: bytes, xf: _XorbFile, start: int, end: int) -> None:
+        self.xorb, self.xf, self.start, self.end = xorb, xf, start, end
+        self.data: memoryview | None = None  # None until read
+
+
+_ABANDONED: list[object] = []  # workers of a parent process (a forked child never touches them)
+
+
+class _PreReads:
+    """Xorb bytes read into memory ahead of an event loop's sequential reads, by the C I/O
+    thread (``gitxet.util.bgio``), which never takes the interpreter lock.
+
+    The event loop serving a mount answers every request on one thread; its ``pread`` of
+    xorb bytes (a copy of memory the disk just filled: at 20,000 small files a fifth of
+    that thread) is taken off it: when its read of a xorb continues the last one, the next
+    :data:`PREREAD_DEPTH` blocks of :data:`PREREAD_BLOCK` bytes are read by the C thread
+    (which may wait on the disk), and a later read they hold is answered from them. Nothing
+    ever waits for that thread: a block not read yet is simply not used. Only raw bytes,
+    read through the same open file (a ``dup`` of its descriptor): the caller decodes and
+    verifies them as it would its own ``pread``'s. At most ``PREREAD_DEPTH + 1`` blocks
+    are kept. Without the C extension, nothing is read ahead.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._worker: bgio.Worker | None = None
+        self._pid = 0
+        self._blocks: list[_Block] = []
+        self._pending: dict[int, _Block] = {}
+        self._last: tuple[bytes, int] | None = None  # (xorb, end) of the last read asked
+        self._next = 0
+        self._closed = False
+
+    def take(self, xf: _XorbFile, lay: XorbLayout, a: int, b: int) -> memoryview | None:
+        """Bytes ``[a, b)`` of the xorb ``lay`` describes if read ahead through ``xf``
+        (else None); has the bytes after them read ahead when this read continues the
+        last one."""
+        if bgio.Worker is None:
+            return None
+        xorb = lay.xorb_hash
+        with self._lock:
+            if self._closed:
+                return None
+            worker = self._reap()
+            last, self._last = self._last, (xorb, b)
+            got = self._find(xf, xorb, a, b)
+            if last is None or last[0] != xorb or abs(a - last[1]) > _SEQ_NEAR:
+                return got
+            # consumed blocks go; so do another xorb's (the reader moved on)
+            keep = [k for k in self._blocks if k.xf is xf and k.end > a]
+            top = max((k.end for k in keep), default=b)
+            limit = min(lay.byte_offsets[-1], b + PREREAD_DEPTH * PREREAD_BLOCK)
+            while top < limit and len(keep) <= PREREAD_DEPTH:
+                block = _Block(xorb, xf, top, min(limit, top + PREREAD_BLOCK))
+                token = self._next
+                self._next += 1
+                if not worker.read(token, xf.fd, block.start, block.end - block.start):
+                    break  # (its queue is full)
+                self._pending[token] = block
+                keep.append(block)
+                top = block.end
+            self._blocks = keep
+        return got
+
+    def _reap(self) -> bgio.Worker:
+        worker = self._worker
+        if worker is None or self._pid != os.getpid():
+            if worker is not None:  # forked: its thread is not in this process
+                _ABANDONED.append(worker)
+                self._pending.clear()
+                self._blocks = []
+            assert bgio.Worker is not None
+            worker = self._worker = bgio.Worker(limit=2 * PREREAD_DEPTH + 2)  # (bounds memory)
+            self._pid = os.getpid()
+        for token, n, data in worker.reap():
+            block = self._pending.pop(token, None)
+            if block is not None and data is not None and n == block.end - block.start:
+                block.data = memoryview(data)
+        return worker
+
+    def _find(self, xf: _XorbFile, xorb: bytes, a: int, b: int) -> memoryview | None:
+        parts = []
+        at = a
+        for k in sorted(self._blocks, key=lambda k: k.start):
+            if k.data is None or k.xf is not xf or k.xorb != xorb or not k.start <= at < k.end:
+                continue
+            parts.append(k.data[at - k.start : min(b, k.end) - k.start])
+            at = min(b, k.end)
+            if at == b:
+                return parts[0] if len(parts) == 1 else memoryview(b"".join(parts))
+        return None
+
+    def close(self) -> None:
+        """Stop the thread and forget the blocks (reads go on without them)."""
+        with self._lock:
+            self._closed = True
+            self._blocks = []
+            self._pending.clear()
+            worker, self._worker = self._worker, None
+        if worker is not None and self._pid == os.getpid():
+            worker.stop(1.0)
+
+
 class LocalCAS:
     """A content-addressed store in one directory; safe for concurrent processes."""
 
@@ -170,6 +281,7 @@ class LocalCAS:
         self._files: LeaseCache[bytes, _XorbFile] = LeaseCache(MAX_OPEN_XORBS, _XorbFile.close)
         # open shards, by name (a read of each of 20,000 files asks one for its block)
         self._shard_fds: LeaseCache[str, _XorbFile] = LeaseCache(MAX_OPEN_SHARDS, _XorbFile.close)
+        self._pre = _PreReads()
         self.tmp = os.path.join(self.root, "tmp")
         try:
             for d in ("xorbs", "shards", "tmp", "locks"):
@@ -508,8 +620,10 @@ class LocalCAS:
         hx = to_hex(xorb_hash)
         a, b = self._raw_span(lay, start, end)
         with self._open_xorb(xorb_hash) as xf:
-            # decoded at once: read into this thread's reused buffer (the chunks are copies)
-            raw = nowait.pread_view(xf.fd, b - a, a)
+            # decoded at once: read into this thread's reused buffer (the chunks are copies),
+            # on an event loop maybe read ahead of it by the C I/O thread
+            pre = self._pre.take(xf, lay, a, b) if nowait.active() else None
+            raw = pre if pre is not None else nowait.pread_view(xf.fd, b - a, a)
             if len(raw) != b - a:
                 raise IntegrityError("xorb", hx, "truncated on disk")
             try:

@@ -62,3 +62,13 @@ def pytest_make_collect_report(
         report.outcome = "failed"
         report.longrepr = f"CI=true: test module skipped at import: {_reason(report.longrepr)}"
     return report
+
+
+def require_native(built: bool, what: str) -> None:
+    """Skip a test of a C extension (``what``) that is not built, but fail where it must
+    be: in CI and under ``GITXET_REQUIRE_NATIVE=1`` a silent fallback is a failure."""
+    if built:
+        return
+    if os.environ.get("CI") or os.environ.get("GITXET_REQUIRE_NATIVE") == "1":
+        pytest.fail(f"{what} is not built: a silent fallback is a failure")
+    pytest.skip(f"{what} is not built on this machine")

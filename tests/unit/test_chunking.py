@@ -13,14 +13,12 @@ from hypothesis import strategies as st
 import gitxet.chunking as chunking
 from gitxet.chunking import Chunker, boundaries, chunk_bytes, iter_chunks, pure
 from gitxet.chunking.params import MAX_CHUNK, MIN_CHUNK
+from tests.helpers.ci import require_native
 from tests.vectors import THREE_MIB, THREE_MIB_FIRST_SIZES, THREE_MIB_LAST_SIZE, R
 
 
 def native_find() -> chunking.FindCandidates:
-    if not chunking.NATIVE:
-        if os.environ.get("CI") or os.environ.get("GITXET_REQUIRE_NATIVE") == "1":
-            pytest.fail("the native chunker (_cdc) is not built: a silent fallback is a failure")
-        pytest.skip("native chunker not built on this machine")
+    require_native(chunking.NATIVE, "the native chunker (_cdc)")
     assert chunking._native_find is not None
     return chunking._native_find
 

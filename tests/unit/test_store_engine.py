@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import select
 import threading
 
 import pytest
@@ -507,3 +508,46 @@ def test_shards_are_indexed_one_at_a_time(tmp_path: str) -> None:
     assert stored_peak < 3 * one, (stored_peak, one)
     assert rebuilt_peak < 3 * one, (rebuilt_peak, one)
     assert found == {names[7]}
+
+
+def test_an_event_loops_sequential_reads_use_bytes_the_c_thread_read_ahead(
+    tmp_path: str,
+) -> None:
+    from gitxet.util import bgio, nowait
+    from tests.helpers.ci import require_native
+
+    require_native(bgio.NATIVE, "the C I/O thread (_bgio)")
+    cas = LocalCAS(os.path.join(tmp_path, "cas"), durable=False)
+    data = random.Random(31).randbytes(24 << 20)
+    with Ingestor(cas) as ing:
+        ing.add_stream(io.BytesIO(data))
+        assert ing.flush() is not None
+    hits = 0
+    take = cas._pre.take
+
+    def counted(*args: object) -> memoryview | None:
+        nonlocal hits
+        got = take(*args)  # type: ignore[arg-type]
+        hits += got is not None
+        return got
+
+    cas._pre.take = counted  # type: ignore[method-assign]
+    poll = select.poll()
+    (xh,) = list(cas.xorb_hashes())  # (one xorb: under the size limit)
+    lay = cas.layout(xh)
+    with open(cas.xorb_path(xh), "rb") as f:
+        f.read()  # in the page cache: reads without waiting find it
+    pos = 0
+    for start in range(0, lay.num_chunks, 5):  # runs of 5 chunks, as batched first reads do
+        end = min(start + 5, lay.num_chunks)
+        with nowait.nowait():
+            got = b"".join(cas.read_chunks(xh, start, end))
+        assert got == data[pos : pos + len(got)]
+        pos += len(got)
+        worker = cas._pre._worker
+        if worker is not None and not hits and cas._pre._pending:
+            poll.register(worker.fileno(), select.POLLIN)
+            assert poll.poll(30_000)  # the first block read ahead is there
+    assert pos == len(data)
+    assert hits > 0  # (every later read inside a block read ahead of it)
+    cas._pre.close()
