@@ -81,6 +81,10 @@ def mount_table(path: str = MOUNTINFO) -> builtins.list[MountTableEntry]:
             data = f.read()
     except OSError as exc:
         raise MountError(path, f"cannot read the mount table: {exc}") from exc
+    return _parse_mountinfo(data, path)
+
+
+def _parse_mountinfo(data: bytes, path: str) -> builtins.list[MountTableEntry]:
     out: builtins.list[MountTableEntry] = []
     for line in data.splitlines():
         fields = line.split(b" ")
@@ -97,6 +101,62 @@ def mount_table(path: str = MOUNTINFO) -> builtins.list[MountTableEntry]:
         except (ValueError, IndexError, UnicodeDecodeError) as exc:
             raise FormatError(path, f"malformed mountinfo line {line[:200]!r}") from exc
     return out
+
+
+def mounted_elsewhere(mountpoint: str) -> bool | None:
+    """Whether another mount namespace (a container's) has the filesystem mounted at
+    ``mountpoint`` here mounted anywhere: a container that uses a volume keeps a bind mount
+    of it in its own namespace.
+
+    ``None`` when that cannot be told: nothing is mounted there, no other namespace can be
+    seen (a plugin in a PID namespace of its own sees none), or a process's mount table
+    cannot be read. Only ``False`` says for sure that no container uses it.
+    """
+    mnt = normalize_mountpoint(mountpoint)
+    try:
+        with open(MOUNTINFO, "rb") as f:
+            mine = f.read()
+        device = next(
+            (e.device for e in reversed(_parse_mountinfo(mine, MOUNTINFO)) if e.mountpoint == mnt),
+            None,
+        )
+        seen = {os.readlink("/proc/self/ns/mnt")}
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except (OSError, FormatError):
+        return None
+    if device is None:
+        return None
+    others = 0
+    for pid in pids:
+        ns: str | None
+        try:
+            ns = os.readlink(f"/proc/{pid}/ns/mnt")
+        except FileNotFoundError:
+            continue  # ended meanwhile (or a zombie: no namespace any more)
+        except PermissionError:
+            ns = None  # a process with more privileges than ours: its mount table tells
+        if ns is not None and ns in seen:
+            continue
+        path = f"/proc/{pid}/mountinfo"
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        except OSError:
+            return None  # a mount table we may not read: cannot tell
+        if not data or data == mine:
+            continue  # exiting, or our own namespace
+        try:
+            table = _parse_mountinfo(data, path)
+        except FormatError:
+            return None
+        if ns is not None:
+            seen.add(ns)
+        others += 1
+        if any(e.device == device for e in table):
+            return True
+    return False if others else None
 
 
 def normalize_mountpoint(mountpoint: str) -> str:

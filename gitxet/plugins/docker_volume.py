@@ -40,7 +40,7 @@ from typing import Any
 
 from gitxet.errors import ConfigError, FormatError, GitxetError, MountError, MountSpecError
 from gitxet.formats.record import check_record, load_json_object
-from gitxet.mount.runner import normalize_mountpoint
+from gitxet.mount.runner import mounted_elsewhere, normalize_mountpoint
 from gitxet.plugins.mounter import Mounter, MountSpec, resolve_local, validate_spec
 from gitxet.settings import read_token_file, split_credentials
 from gitxet.util.atomic import atomic_write
@@ -258,7 +258,8 @@ class VolumeDriver:
     (for a managed plugin, ``mount_root`` is the config's ``propagatedMount``).
     ``resolve`` turns a spec into a full commit sha at Create (default: local repositories
     and file:// URLs). ``token_dir`` is the one directory ``token_file`` options may name
-    files in (``None``: token files are refused).
+    files in (``None``: token files are refused). ``in_use`` tells whether a container uses
+    the mount at a path (``None``: cannot tell); see :meth:`recover`.
     """
 
     def __init__(
@@ -271,8 +272,10 @@ class VolumeDriver:
         mount_timeout: float = 60.0,
         clock: Callable[[], float] = time.time,
         token_dir: str | None = None,
+        in_use: Callable[[str], bool | None] = mounted_elsewhere,
     ) -> None:
         self.mounter = mounter
+        self.in_use = in_use
         self.token_dir = os.path.abspath(token_dir) if token_dir is not None else None
         self.table = VolumeTable(os.path.abspath(state_dir))
         self.mount_root = normalize_mountpoint(mount_root)
@@ -282,6 +285,9 @@ class VolumeDriver:
         self._lock = threading.Lock()  # guards self.volumes and the table file
         self._vol_locks: dict[str, threading.Lock] = {}
         self.volumes = self.table.load()
+        # mount IDs recorded by an earlier plugin process: Docker makes no Unmount call it
+        # missed again (a container removed while the plugin was down)
+        self._restart_ids = {n: set(v.mount_ids) for n, v in self.volumes.items()}
 
     # -- helpers
 
@@ -530,10 +536,17 @@ class VolumeDriver:
     def recover(self) -> dict[str, str]:
         """Bring mounts in line with the table after a (re)start; returns failures by volume.
 
-        Volumes in use get their mount back (a live daemon is adopted as is, a dead one is
-        remounted at the pinned sha); mounts of volumes nobody uses any more are stopped.
+        Mount IDs recorded before the restart are dropped first when no container has the
+        volume's mount any more (its Unmount came while the plugin was down; a mount no
+        other mount namespace holds, see ``in_use``). Volumes in use get their mount back (a
+        live daemon is adopted as is, a dead one is remounted at the pinned sha); mounts of
+        volumes nobody uses any more are stopped.
         """
         failed: dict[str, str] = {}
+        with self._lock:
+            names = sorted(self.volumes)
+        for name in names:
+            self._drop_missed_unmounts(name)
         with self._lock:
             vols = list(self.volumes.values())
         wanted = {self.target(v.name): v for v in vols if v.mount_ids}
@@ -555,6 +568,33 @@ class VolumeDriver:
                 failed[vol.name] = str(exc)
                 log.warning("volume %s: could not remount: %s", vol.name, exc)
         return failed
+
+    def _drop_missed_unmounts(self, name: str) -> None:
+        """Forget the mount IDs recorded before a restart when no container uses the mount
+        (their Unmount calls came while the plugin was down), and unmount it if nobody
+        has mounted the volume since: it would otherwise serve no one until Remove."""
+        with self._vol_lock(name):
+            with self._lock:
+                vol = self.volumes.get(name)
+                old = self._restart_ids.pop(name, set())
+            if vol is None or not old & set(vol.mount_ids):
+                return
+            target = self.target(name)
+            if self.in_use(target) is not False:
+                return  # a container may use it (or we cannot tell): keep counting
+            ids = [i for i in vol.mount_ids if i not in old]
+            log.warning(
+                "volume %s: no container uses it: dropping %d mount ID(s) whose Unmount came "
+                "while the plugin was down",
+                name,
+                len(vol.mount_ids) - len(ids),
+            )
+            self._commit(replace(vol, mount_ids=ids), name)
+            if not ids:
+                try:
+                    self.mounter.unmount(target)
+                except MountError as exc:
+                    log.warning("volume %s: unmount failed: %s", name, exc)
 
     # -- dispatch
 

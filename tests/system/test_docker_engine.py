@@ -359,6 +359,20 @@ def test_volume_lifecycle_with_a_real_engine(
         engine.out("rm", "-f", holder)
         wait_for("the unmount", lambda: mounts_at(target) == 0)
 
+        # a container removed while the plugin is down: Docker ignores the failed Unmount
+        # and never sends it again; the restarted plugin sees that no container holds the
+        # mount and unmounts it (it served nobody until volume rm)
+        gone = start_sleeper()
+        (stale,) = plugin.daemon_pids()
+        daemons.add(stale)
+        plugin.kill9()
+        engine.out("rm", "-f", gone)
+        assert mounts_at(target) == 1
+        plugin.start()
+        wait_for("the unused mount to go", lambda: mounts_at(target) == 0)
+        assert inspect_mounts() == 0
+        wait_for("its daemon to exit", lambda: not pid_alive(stale))
+
         # docker volume rm: gone from the list, nothing mounted, no daemon left
         first = start_sleeper()
         daemons.update(plugin.daemon_pids())

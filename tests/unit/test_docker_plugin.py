@@ -9,7 +9,7 @@ import os
 import socket
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,12 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 class Plugin:
     """A running plugin (server thread) plus a keep-alive client connection."""
 
-    def __init__(self, state: Path, mounter: FakeMounter) -> None:
+    def __init__(
+        self,
+        state: Path,
+        mounter: FakeMounter,
+        in_use: Callable[[str], bool | None] = lambda target: None,
+    ) -> None:
         self.state, self.mounter = state, mounter
         self.driver = VolumeDriver(
             mounter,
@@ -49,6 +54,7 @@ class Plugin:
             str(state / "volumes"),
             resolve=mounter.resolve,
             token_dir=str(state.parent),  # the test's tmp_path: token files live there
+            in_use=in_use,
         )
         self.sock = str(state.parent / f"{state.name}.sock")
         self.server = PluginServer(self.sock, self.driver)
@@ -472,6 +478,50 @@ def test_recover_remounts_volumes_in_use_and_drops_orphans(tmp_path: Path) -> No
         mounter.fail_next = MountError(target(p2, "a"), "no fuse")
         assert "no fuse" in p2.driver.recover()["a"]
         assert p2.ok("/VolumeDriver.Mount", Name="a", ID="c2")["Mountpoint"] == target(p2, "a")
+    finally:
+        p2.stop()
+
+
+def test_ids_of_containers_removed_while_the_plugin_was_down_are_dropped(tmp_path: Path) -> None:
+    """Docker ignores a failed Unmount (``docker rm -f`` while the plugin is down) and never
+    sends it again: the restarted plugin drops those IDs when no container holds the mount,
+    instead of serving it to nobody until the volume is removed."""
+    state = tmp_path / "state"
+    mounter = FakeMounter(REPOS)
+    p = Plugin(state, mounter)
+    try:
+        for name in ("gone", "used", "unknown", "again"):
+            p.create(name, repo="/srv/data.git", commit="main")
+            p.ok("/VolumeDriver.Mount", Name=name, ID=f"{name}-1")
+        p.ok("/VolumeDriver.Mount", Name="gone", ID="gone-2")
+    finally:
+        p.stop()
+    users = {"gone": False, "used": True, "unknown": None, "again": False}
+    p2 = Plugin(state, mounter, in_use=lambda t: users[os.path.basename(t)])
+    try:
+        # a container started before the recovery ran: its ID is counted, the old one not
+        p2.ok("/VolumeDriver.Mount", Name="again", ID="again-2")
+        assert p2.driver.recover() == {}
+        status = {
+            n: p2.ok("/VolumeDriver.Get", Name=n)["Volume"]["Status"]["mounts"] for n in users
+        }
+        assert status == {"gone": 0, "used": 1, "unknown": 1, "again": 1}
+        assert not mounter.is_mounted(target(p2, "gone"))
+        assert p2.ok("/VolumeDriver.Path", Name="gone")["Mountpoint"] == ""
+        assert all(mounter.is_mounted(target(p2, n)) for n in ("used", "unknown", "again"))
+        p2.ok("/VolumeDriver.Unmount", Name="again", ID="again-2")  # the last one out
+        assert not mounter.is_mounted(target(p2, "again"))
+        # the IDs of before the restart are judged once: a later recovery keeps them
+        users["used"] = False
+        assert p2.driver.recover() == {}
+        assert p2.ok("/VolumeDriver.Get", Name="used")["Volume"]["Status"]["mounts"] == 1
+        mounts = {v["Name"]: v["Mountpoint"] for v in p2.ok("/VolumeDriver.List")["Volumes"]}
+        assert mounts == {
+            "again": "",
+            "gone": "",
+            "unknown": target(p2, "unknown"),
+            "used": target(p2, "used"),
+        }
     finally:
         p2.stop()
 
