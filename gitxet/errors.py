@@ -75,8 +75,8 @@ class NotFoundError(GitxetError):
 class XorbNotFoundError(NotFoundError):
     """A xorb is missing from every store that was asked."""
 
-    def __init__(self, xorb_hex: str) -> None:
-        super().__init__(f"xorb {xorb_hex} not found")
+    def __init__(self, xorb_hex: str, where: str = "") -> None:
+        super().__init__(f"xorb {xorb_hex} not found" + (f" {where}" if where else ""))
         self.xorb_hex = xorb_hex
 
 

@@ -460,7 +460,10 @@ class RemoteChunkSource:
             raise XorbNotFoundError(to_hex(xorb_hash))
         loc = self._location(xorb_hash, refresh=False)  # checked against the xorb hash
         if loc is None:
-            raise XorbNotFoundError(to_hex(xorb_hash))
+            with self._lock:
+                described = xorb_hash in self._xorb_file  # by this server
+            lost = f"on the server {self.client.lost_data}" if described else ""
+            raise XorbNotFoundError(to_hex(xorb_hash), lost)
         offs = loc.data_offsets
         lay = RemoteLayout(loc.chunk_hashes, offs, _units(offs, self.unit))
         sizes = [b - a for a, b in itertools.pairwise(offs)]

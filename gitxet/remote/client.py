@@ -684,6 +684,8 @@ class CASClient:
                     detail = _detail_text(resp.read(4096).decode("utf-8", "replace"))
                     self._data.drop(url)
                     err = _status_error(resp.status, what, detail)
+                    if resp.status == 404:  # it handed out the URL: it describes the data
+                        err = RemoteError(f"{err}: the server {self.lost_data}", 404)
                     if resp.status in _RETRY_STATUSES:
                         raise Retry(err, after=_parse_retry_after(resp.getheader("retry-after")))
                     raise err
@@ -731,6 +733,14 @@ class CASClient:
 
         self._retrying(attempt)
         return buf
+
+    @property
+    def lost_data(self) -> str:
+        """What to say of data this server describes and does not have."""
+        return (
+            f"{strip_credentials(self.endpoint)} describes data it no longer has; a clone "
+            "that has the data sends it again: git xet push --all"
+        )
 
     def _too_slow(self, what: str, got: int, started: float) -> RemoteError:
         return RemoteError(
@@ -816,8 +826,8 @@ class CASClient:
         r = self._request(
             "GET", self._url(p.XORB_LOCATION.format(xorb=hx)), what=what, ok=(200, 404)
         )
-        if r.status_code == 404:
-            raise XorbNotFoundError(hx)
+        if r.status_code == 404:  # asked for a xorb one of its descriptions names
+            raise XorbNotFoundError(hx, f"on the server {self.lost_data}")
         loc = p.XorbLocation.from_json(self._json(r, what))
         if loc.xorb_hex != hx or not loc.verify():
             raise IntegrityError("xorb", hx, "the server's chunk layout does not hash to it")

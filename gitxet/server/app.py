@@ -477,8 +477,21 @@ async def xorb_data(request: Request) -> Response:
     length = end - start + 1
     key = xorb_key(xh)
     backend = service.backend
+
+    def first(at: int, n: int) -> bytes:
+        try:
+            return backend.get_range(key, at, n)
+        except ObjectMissingError:
+            # indexed, but gone from storage: not stored any more, so a client that has it
+            # can upload it again (an upload was answered "already stored" before)
+            log.error("storage lost xorb %s", hx)
+            service.index.forget_xorb(xh)
+            raise HttpError(
+                404, f"xorb {hx} is lost from this server's storage (indexed, object gone)"
+            ) from None
+
     if length <= _ONE_SHOT:
-        data = await run_in_threadpool(backend.get_range, key, start, length)
+        data = await run_in_threadpool(first, start, length)
         if len(data) != length:
             raise IntegrityError("xorb", hx, "stored object is truncated")
         return Response(data, status_code=status, headers=headers, media_type=p.OCTET)
@@ -486,7 +499,7 @@ async def xorb_data(request: Request) -> Response:
     # A stored object cut short (a disk or bucket fault) must fail before the 206 headers
     # go out: its last byte is read first (the object is immutable), so the stream below
     # never breaks off halfway
-    last = await run_in_threadpool(backend.get_range, key, end, 1)
+    last = await run_in_threadpool(first, end, 1)
     if len(last) != 1:
         raise IntegrityError("xorb", hx, "stored object is truncated")
 

@@ -307,6 +307,13 @@ class CasIndex:
             if layout is not None:
                 self._layouts.put(xorb_hash, layout)
 
+    def forget_xorb(self, xorb_hash: bytes) -> None:
+        """Note that the backend lost the xorb (a read found its object gone): it counts as
+        not stored again, so an upload of it is taken instead of answered "already here"."""
+        with self._lock:
+            self._xorbs.discard(xorb_hash)
+            self._layouts.discard(xorb_hash)
+
     def cached_layout(self, xorb_hash: bytes) -> XorbLayout | None:
         """The layout if it is in memory (never touches the backend; safe on the event loop)."""
         with self._lock:

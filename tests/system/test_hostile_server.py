@@ -32,6 +32,7 @@ class Env:
     server: BackgroundServer
     token: str
     up: Upload
+    root: Path
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         with CASClient(s.url, token) as c:
             c.upload_xorb(up.xorb.hash, up.xorb.body)
             c.upload_shard(up.shard)
-        yield Env(s, token, up)
+        yield Env(s, token, up, root)
 
 
 def on(part: str, change: dict[str, object]) -> Tamper:
@@ -153,3 +154,46 @@ def test_git_xet_clone_from_a_redirecting_server_says_so(
         assert other.seen == []
         assert (clone / "big.bin").read_bytes().startswith(b"version https://"), "not a pointer"
         assert os.path.getsize(clone / "big.bin") < 1024
+
+
+def stored_xorbs(root: Path) -> list[Path]:
+    return [p for p in (root / "cas" / "xorbs").rglob("*") if p.is_file()]
+
+
+def test_a_xorb_the_server_lost_is_named_and_pushed_again(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server still describes a file whose xorb its storage lost: a clone says which
+    server lacks what and what to run; that command (from a clone with the data) uploads
+    the xorb again (it was answered "already stored"), and a new clone then works."""
+    monkeypatch.setenv("PATH", interpreter_path())
+    monkeypatch.setenv("GITXET_TOKEN", env.token)
+    monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache"))
+    work = tmp_path / "work"
+    run("git", "init", "-q", str(work), cwd=tmp_path)
+    run("git-xet", "init", cwd=work)
+    big = random.Random(9).randbytes(500_000)
+    (work / "big.bin").write_bytes(big)
+    run("git-xet", "add", ".", cwd=work)
+    run("git", "commit", "-qm", "v1", cwd=work)
+    url = f"http://gitxet:{env.token}@{env.server.url.removeprefix('http://')}/lost.git"
+    run("git", "remote", "add", "origin", url, cwd=work)
+    before = set(stored_xorbs(env.root))
+    run("git", "push", "-q", "origin", "main", cwd=work)
+    lost = [p for p in stored_xorbs(env.root) if p not in before]
+    assert len(lost) == 1, lost
+    lost[0].unlink()
+
+    clone = tmp_path / "clone"
+    r = run("git-xet", "clone", f"{env.server.url}/lost.git", str(clone), cwd=tmp_path, check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert f"{lost[0].name} is lost from this server's storage" in r.stderr, r.stderr
+    assert f"the server {env.server.url} describes data it no longer has" in r.stderr
+    assert "git xet push --all" in r.stderr
+    assert os.path.getsize(clone / "big.bin") < 1024  # the pointer, not half the data
+
+    out = run("git-xet", "push", "--all", cwd=work, check=False).stderr
+    assert "1 xorb(s) and" in out, out
+    again = tmp_path / "again"
+    run("git-xet", "clone", f"{env.server.url}/lost.git", str(again), cwd=tmp_path)
+    assert (again / "big.bin").read_bytes() == big

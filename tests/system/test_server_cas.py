@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gitxet.errors import AuthError, RemoteError
+from gitxet.errors import AuthError, RemoteError, XorbNotFoundError
 from gitxet.formats.xorb import decode_chunks
 from gitxet.hashing import from_hex, to_hex
 from gitxet.remote.client import CASClient
@@ -361,12 +361,17 @@ def test_a_xorb_gone_from_storage_is_404_not_a_retried_500(srv: Srv) -> None:
     assert httpx.get(entry["url"], headers={"Range": "bytes=0-99"}).status_code == 206
     srv.server.state.service.backend.delete(f"xorbs/default/{to_hex(up.xorb.hash)}")
     r = httpx.get(entry["url"], headers={"Range": "bytes=0-99"})
-    assert r.status_code == 404 and "not found" in r.json()["error"]
+    assert r.status_code == 404 and "lost from this server's storage" in r.json()["error"]
     r = httpx.get(entry["url"], headers={"Range": f"bytes=0-{len(up.xorb.body) - 1}"})
     assert r.status_code == 404
-    with CASClient(srv.url, srv.read) as c, pytest.raises(RemoteError) as ei:
+    with CASClient(srv.url, srv.read) as c, pytest.raises(XorbNotFoundError) as ei:
         read_back(c, up.file_hash)
-    assert ei.value.status == 404  # not retried as a 500 would be (seconds of backoff)
+    assert f"{srv.url} describes data it no longer has" in str(ei.value)
+    # it counts as not stored any more: a client that has it uploads it again
+    with CASClient(srv.url, srv.write) as c:
+        assert not c.has_xorb(up.xorb.hash)
+        assert c.upload_xorb(up.xorb.hash, up.xorb.body) is True
+        assert read_back(c, up.file_hash) == up.data
 
 
 def test_a_truncated_stored_xorb_is_a_clean_410_not_a_retried_500(
