@@ -126,24 +126,34 @@ def test_discovery_follows_no_redirect_to_another_server(env: Env) -> None:
             discover(f"{px.url}/data.git", token=env.token)
 
 
-def test_git_xet_clone_from_a_redirecting_server_says_so(
-    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """End to end: a repository pushed to the real server, cloned through the proxy whose
-    discovery redirects to another server: a one-line error, no token sent there, the
-    large file left a pointer (never half-written)."""
+def pushed_work_tree(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, seed: int
+) -> tuple[Path, bytes]:
+    """A work tree whose ``big.bin`` (random, from ``seed``) is pushed to the real server's
+    ``name.git`` (its origin), with this test's git-xet, token and cache; and those bytes."""
     monkeypatch.setenv("PATH", interpreter_path())
     monkeypatch.setenv("GITXET_TOKEN", env.token)
     monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache"))
     work = tmp_path / "work"
     run("git", "init", "-q", str(work), cwd=tmp_path)
     run("git-xet", "init", cwd=work)
-    big = random.Random(8).randbytes(400_000)
+    big = random.Random(seed).randbytes(400_000)
     (work / "big.bin").write_bytes(big)
     run("git-xet", "add", ".", cwd=work)
     run("git", "commit", "-qm", "v1", cwd=work)
-    url = f"http://gitxet:{env.token}@{env.server.url.removeprefix('http://')}/redir.git"
-    run("git", "push", "-q", url, "main", cwd=work)
+    url = f"http://gitxet:{env.token}@{env.server.url.removeprefix('http://')}/{name}.git"
+    run("git", "remote", "add", "origin", url, cwd=work)
+    run("git", "push", "-q", "origin", "main", cwd=work)
+    return work, big
+
+
+def test_git_xet_clone_from_a_redirecting_server_says_so(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end: a repository pushed to the real server, cloned through the proxy whose
+    discovery redirects to another server: a one-line error, no token sent there, the
+    large file left a pointer (never half-written)."""
+    pushed_work_tree(env, tmp_path, monkeypatch, "redir", 8)
     with TamperProxy(env.server.url) as px, TamperProxy(env.server.url) as other:
         px.tamper = redirect_to(f"{other.url}/redir.git/info/xet")
         clone = tmp_path / "clone"
@@ -166,20 +176,8 @@ def test_a_xorb_the_server_lost_is_named_and_pushed_again(
     """The server still describes a file whose xorb its storage lost: a clone says which
     server lacks what and what to run; that command (from a clone with the data) uploads
     the xorb again (it was answered "already stored"), and a new clone then works."""
-    monkeypatch.setenv("PATH", interpreter_path())
-    monkeypatch.setenv("GITXET_TOKEN", env.token)
-    monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache"))
-    work = tmp_path / "work"
-    run("git", "init", "-q", str(work), cwd=tmp_path)
-    run("git-xet", "init", cwd=work)
-    big = random.Random(9).randbytes(500_000)
-    (work / "big.bin").write_bytes(big)
-    run("git-xet", "add", ".", cwd=work)
-    run("git", "commit", "-qm", "v1", cwd=work)
-    url = f"http://gitxet:{env.token}@{env.server.url.removeprefix('http://')}/lost.git"
-    run("git", "remote", "add", "origin", url, cwd=work)
     before = set(stored_xorbs(env.root))
-    run("git", "push", "-q", "origin", "main", cwd=work)
+    work, big = pushed_work_tree(env, tmp_path, monkeypatch, "lost", 9)
     lost = [p for p in stored_xorbs(env.root) if p not in before]
     assert len(lost) == 1, lost
     lost[0].unlink()
