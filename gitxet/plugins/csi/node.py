@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gitxet.errors import FormatError, MountError, MountSpecError, RepoUnavailableError
@@ -173,7 +173,7 @@ class NodeService:
                 if self.mounter.is_mounted(target):
                     log.debug("volume %s already published at %s", req.volume_id, target)
                     if req.token is not None:
-                        self._refresh_token(req, target)
+                        self._refresh_token(req, target, rec.commit_sha)
                     self._tokens[target] = req.token
                     return
                 if self.mounter.health(target) == HEALTH_DEAD:
@@ -182,6 +182,8 @@ class NodeService:
                     "volume %s: the mount at %s is gone; mounting again", req.volume_id, target
                 )
             spec = _spec(req)
+            if rec is not None:  # mounted again: at the commit published, wherever the
+                spec = replace(spec, commit=rec.commit_sha)  # branch has moved since
             try:
                 validate_spec(spec, target)
             except MountSpecError as exc:
@@ -216,10 +218,12 @@ class NodeService:
                 target,
             )
 
-    def _refresh_token(self, req: PublishRequest, target: str) -> None:
+    def _refresh_token(self, req: PublishRequest, target: str, commit_sha: str) -> None:
         """A republish (kubelet, ``requiresRepublish``) of a live volume: hand the mount
-        the secret's current token, which its daemon picks up without unmounting."""
-        spec = _spec(req)
+        the secret's current token, which its daemon picks up without unmounting. The
+        commit is the one published (a mount done again after its daemon died is pinned
+        to it: the branch the request names may have moved since)."""
+        spec = replace(_spec(req), commit=commit_sha)
         try:
             validate_spec(spec, target)
             self.mounter.mount(spec, target, timeout=self.config.mount_timeout)
@@ -349,8 +353,6 @@ class NodeService:
         if info is None:
             log.warning("volume %s: no mount record for %s; cannot remount", rec.volume_id, target)
             return
-        from dataclasses import replace
-
         spec = replace(info.spec, commit=rec.commit_sha, token=self._tokens.get(target))
         try:
             self.mounter.mount(spec, target, timeout=self.config.mount_timeout)
