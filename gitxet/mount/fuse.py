@@ -31,6 +31,7 @@ import os
 import select
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
@@ -58,6 +59,7 @@ BLOCK_SIZE = 128 * 1024  # st_blksize: the I/O size we hint to readers
 READ_AHEAD_KB = 1024  # measured ~20% faster sequential reads than the 128 KiB default
 LISTING_ENTRIES = 1 << 18  # directory entries kept listed (all directories together)
 SERVE_NICE = -5  # the serving thread's priority, where allowed (see _raise_priority)
+FAST_SPIN = 100e-6  # seconds a fast taker polls for the next request before sleeping
 FAST_STREAK = 16  # requests taken in a row without a pass through trio's scheduler
 SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get after SIGTERM before they are abandoned
 FILL_MAX = 1 << 20  # files up to this size are stored whole into the page cache at open
@@ -601,8 +603,9 @@ class _FastReads:
     pyfuse3's request loop waits for every request with a trio lock and
     ``trio.lowlevel.wait_readable`` (two ``epoll_ctl``, an ``epoll_wait`` and a scheduler
     pass each), which costs about as much as answering a lookup from memory. While requests
-    queue up (many readers), this waits only when ``poll`` says none is there, and at least
-    every :data:`FAST_STREAK` requests, so tasks woken by worker threads still run. Installed
+    queue up (many readers), this waits only when ``poll`` has seen none for
+    :data:`FAST_SPIN`, and at least every :data:`FAST_STREAK` requests, so tasks woken by
+    worker threads still run. Installed
     in place of pyfuse3's private ``_wait_fuse_readable`` (same contract: True when the
     descriptor is readable, False when the loop should end); pyfuse3 calls
     ``fuse_session_receive_buf`` right after it returns, with no await in between, so no
@@ -621,6 +624,16 @@ class _FastReads:
         if self._streak < FAST_STREAK and self._poll.poll(0):
             self._streak += 1
             return True
+        if self._streak < FAST_STREAK:
+            # with many readers the next request is usually a few microseconds away:
+            # polling for it (the lock is free during each poll) costs less than a sleep
+            # in epoll and the wake-up (cold read of 20,000 small files, two A/B pairs:
+            # 6.46/6.06 s against 8.03/6.32 s, the serving thread's CPU the same)
+            deadline = time.perf_counter() + FAST_SPIN
+            while time.perf_counter() < deadline:
+                if self._poll.poll(0):
+                    self._streak += 1
+                    return True
         self._streak = 0
         if self._lock is None:
             self._lock = trio.Lock()
