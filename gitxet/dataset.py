@@ -47,6 +47,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -84,7 +85,7 @@ from gitxet.settings import (
 )
 from gitxet.store.cas import LocalCAS
 from gitxet.util import forks  # noqa: F401  (a fork waits for other threads' imports)
-from gitxet.util.procs import proc_stat, runs
+from gitxet.util.procs import in_use, proc_stat, runs
 
 if TYPE_CHECKING:  # imported when a commit is opened: the filter never needs the model
     from gitxet.vfs.model import CommitFS
@@ -710,6 +711,10 @@ def _git_auth_env(token: str | None) -> dict[str, str]:
 
 _usable_roots: dict[str, str] = {}
 _PRIVATE = "gitxet-cache-"  # + "PID.START-" of the owning process + a random part
+#: what versions before the names above made: ``mkdtemp``'s 8 random characters
+_OLD_PRIVATE = re.compile(re.escape(_PRIVATE) + r"[a-z0-9_]{8}")
+#: an old-style private cache this long unchanged, and in no process's use, is left over
+_OLD_PRIVATE_AGE = 3600.0
 _usable_lock = threading.Lock()
 
 
@@ -767,10 +772,18 @@ def _private_cache_dir() -> str:
         names = []
     for name in names:
         m = re.fullmatch(re.escape(_PRIVATE) + r"([0-9]{1,9})\.([0-9]{1,20})-[^/]+", name)
+        path = os.path.join(tmp, name)
         try:
-            if m is None or runs(int(m[1]), int(m[2])):
+            if m is None:
+                # an older version's (no owner in its name): only one unchanged for an hour
+                # that no process has open or as its directory
+                if _OLD_PRIVATE.fullmatch(name) is None:
+                    continue
+                st = os.lstat(path)
+                if time.time() - st.st_mtime < _OLD_PRIVATE_AGE or in_use(path):
+                    continue
+            elif runs(int(m[1]), int(m[2])):
                 continue
-            path = os.path.join(tmp, name)
             st = os.lstat(path)
         except (OSError, FormatError):
             continue

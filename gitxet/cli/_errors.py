@@ -68,10 +68,11 @@ def require(extra: str, *, load: bool = True) -> None:
 def describe(exc: BaseException) -> tuple[str, int]:
     """A one-line message and exit code for an exception (URL credentials removed)."""
     from gitxet.settings import redact
-    from gitxet.util.shown import one_line
+    from gitxet.util.shown import one_line, shortened
 
     msg, code = _describe(exc)
-    return one_line(redact(msg)), code  # a hostile tree's path: no newline, no escape codes
+    # a hostile tree's path: no newline, no escape codes; a 100 KB argument: not all of it
+    return shortened(one_line(redact(msg))), code
 
 
 def _describe(exc: BaseException) -> tuple[str, int]:

@@ -143,6 +143,7 @@ def _run() -> None:
 def _usage_error(e: typer.TyperException) -> NoReturn:
     """``git-xet: <what is wrong>`` and ``hint: <where the help is>``, exit 2 (usage)."""
     from gitxet.settings import redact
+    from gitxet.util.shown import shortened
 
     ctx = getattr(e, "ctx", None)
     where = ctx.command_path.replace("git-xet", "git xet", 1) if ctx is not None else "git xet"
@@ -151,7 +152,7 @@ def _usage_error(e: typer.TyperException) -> NoReturn:
     code = getattr(e, "exit_code", None)
     if not text.strip():  # no arguments: the help was shown instead (no_args_is_help)
         raise SystemExit(code if isinstance(code, int) and code else _errors.EXIT_USAGE)
-    print(f"git-xet: {redact(' '.join(text.split()))}", file=sys.stderr)
+    print(f"git-xet: {shortened(redact(' '.join(text.split())))}", file=sys.stderr)
     if ctx is not None:  # a usage error: where the help is
         print(f"hint: see '{where} --help'", file=sys.stderr)
     raise SystemExit(code if isinstance(code, int) and code else _errors.EXIT_ERROR)

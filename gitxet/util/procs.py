@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 from gitxet.errors import FormatError
 
 
@@ -32,3 +35,26 @@ def runs(pid: int, start_time: int) -> bool:
     zombie has finished: it only waits for its parent to collect its status)."""
     st = proc_stat(pid)
     return st is not None and st[1] == start_time and st[0] not in ("Z", "X", "x")
+
+
+def in_use(path: str) -> bool:
+    """Whether a process (of those whose ``/proc`` entries this one may read) has ``path``
+    or a file under it as its working directory or open. Unreadable processes count as
+    not using it."""
+    prefix = os.path.realpath(path).rstrip("/") + "/"
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return True  # no /proc: nothing can be told
+    for pid in pids:
+        links = [f"/proc/{pid}/cwd", f"/proc/{pid}/root"]
+        with contextlib.suppress(OSError):
+            links += [f"/proc/{pid}/fd/{fd}" for fd in os.listdir(f"/proc/{pid}/fd")]
+        for link in links:
+            try:
+                target = os.readlink(link)
+            except OSError:
+                continue
+            if (target + "/").startswith(prefix):
+                return True
+    return False

@@ -5,11 +5,19 @@ escape sequence (``\\x1b]...``: a terminal would act on it) or bytes that are no
 character is printable and none is ``"`` or ``\\``, else in double quotes with those
 characters escaped. :func:`one_line` escapes the unprintable characters of a message (which
 can hold such a path) so that it stays one line and the terminal only displays it.
+:func:`shortened` cuts the middle out of each very long word of a message (a 100 KB argument
+echoed back in an error).
 """
 
 from __future__ import annotations
 
-__all__ = ["one_line", "shown"]
+import re
+
+__all__ = ["LONG_WORD", "one_line", "shortened", "shown"]
+
+#: A message's words longer than this are shown cut (:func:`shortened`).
+LONG_WORD = 200
+_LONG = re.compile(rf"\S{{{LONG_WORD + 1},}}")
 
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\a": "\\a", "\b": "\\b", "\f": "\\f", "\v": "\\v"}
 
@@ -37,3 +45,14 @@ def shown(path: str) -> str:
         return path
     body = "".join("\\" + c if c in '"\\' else c if c.isprintable() else _escape(c) for c in path)
     return f'"{body}"'
+
+
+def shortened(text: str) -> str:
+    """``text`` with each word (a run of non-blank characters) longer than
+    :data:`LONG_WORD` cut to its start and end around a count of what was left out."""
+
+    def cut(m: re.Match[str]) -> str:
+        w = m.group(0)
+        return f"{w[:120]}...[{len(w) - 160} more characters]...{w[-40:]}"
+
+    return _LONG.sub(cut, text) if len(text) > LONG_WORD else text

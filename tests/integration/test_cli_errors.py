@@ -123,7 +123,14 @@ def scene(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
         }
 
 
+#: A 100 KB argument: an error shows it cut (its start and end), never whole
+LONG = "L" * 100_000
+
 CASES = [
+    Case("add a 100 KB path", ("add", LONG), "work", NOT_FOUND, "L" * 100),
+    Case("push to a 100 KB remote name", ("push", LONG), "work", NOT_FOUND, "more characters"),
+    Case("checkout a 100 KB path", ("checkout", LONG), "work", NOT_FOUND, "more characters"),
+    Case("fsck a 100 KB extra argument", ("fsck", LONG), "work", USAGE, "more characters"),
     Case(
         "fetch from a remote that does not exist",
         ("fetch", "nosuch"),
@@ -347,6 +354,8 @@ def _check(case: Case, scene: dict[str, str]) -> str | None:
         problems.append("a traceback or internals")
     if SECRET in out or scene["write"] in out:
         problems.append("a token")
+    if len(r.stderr) > 2000:
+        problems.append(f"{len(r.stderr)} characters")
     if case.code != OK:
         if not 1 <= len(lines) <= 2 or not lines[0].startswith("git-xet: "):
             problems.append(f"{len(lines)} lines")
