@@ -52,7 +52,7 @@ def _fail(reason: str) -> PointerFormatError:
     return PointerFormatError(_WHAT, reason)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pointer:
     """A parsed pointer: the content's SHA-256 (hex), its size, and its Xet file hash.
 

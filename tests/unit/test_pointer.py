@@ -202,3 +202,11 @@ def test_pointer_sizes_are_every_length_a_valid_pointer_can_have() -> None:
     assert POINTER_SIZES[0] == MIN_POINTER_SIZE and POINTER_SIZES[-1] < MAX_POINTER_SIZE
     with pytest.raises(PointerFormatError):  # one byte more (a blank line) is not one
         Pointer.decode(Pointer(SHA_HELLO, 6, XET).encode() + b"\n")
+
+
+def test_a_pointer_has_no_instance_dict() -> None:
+    """Listings hold a Pointer per file (a push, status, fsck: 100,000 at once): without a
+    ``__dict__`` one decoded pointer is 318 bytes with its strings, 358 with one."""
+    p = Pointer.decode(Pointer(hashlib.sha256(b"a").hexdigest(), 7, "ab" * 32).encode())
+    assert not hasattr(p, "__dict__")
+    assert p == Pointer(p.sha256, 7, p.xet_hash) and len({p, Pointer(p.sha256, 7, p.xet_hash)}) == 1
