@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import resource
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -333,3 +335,60 @@ def test_idle_connections_do_not_lock_other_clients_out() -> None:
         finally:
             for sock in idle:
                 sock.close()
+
+
+# Connects N sockets to PORT once it reads a line, then holds them until its stdin closes.
+_CLIENTS = """
+import socket, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+sys.stdin.readline()
+socks = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(n)]
+print("connected", len(socks), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_out_of_descriptors_the_server_neither_spins_nor_floods_its_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``ulimit -n`` below what the clients open: every accept failed with EMFILE, the
+    listener stayed readable, and the accept loop retried at once, a core busy and a
+    warning logged per try (thousands a second), until clients went away."""
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with (
+        NFSServer(MemoryFS(tree()), max_connections=10_000) as srv,
+        subprocess.Popen(
+            [sys.executable, "-c", _CLIENTS, str(srv.nfs_port), "40"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as clients,
+    ):
+        assert clients.stdin is not None and clients.stdout is not None
+        caplog.set_level(logging.WARNING, logger="gitxet.mount.nfs.server")
+        try:
+            # room for a few more descriptors only: the server runs out after ~3 accepts
+            resource.setrlimit(
+                resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 3, limits[1])
+            )
+            clients.stdin.write("go\n")
+            clients.stdin.flush()
+            assert clients.stdout.readline().strip() == "connected 40"  # queued by the kernel
+
+            def failures() -> int:
+                return sum("accept failed" in r.getMessage() for r in caplog.records)
+
+            deadline = time.monotonic() + TIMEOUT
+            while failures() == 0:
+                assert time.monotonic() < deadline, "the server never ran out of descriptors"
+                time.sleep(0.01)
+            cpu = time.process_time()
+            time.sleep(1.0)  # a window to count the tries in, not a synchronisation
+            cpu = time.process_time() - cpu
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+            clients.stdin.close()
+        assert failures() == 1, f"{failures()} warnings in about a second"
+        assert cpu < 0.5, f"{cpu:.2f} s of CPU in a second while out of descriptors"
+        clients.wait(TIMEOUT)
+        assert "README.md" in ls(srv.url)  # and it serves again once descriptors are free

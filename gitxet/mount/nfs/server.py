@@ -16,6 +16,7 @@ are skipped) and joins every thread within one overall timeout.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import queue
@@ -35,6 +36,11 @@ from gitxet.mount.nfs.rpc import Dispatcher, RecordReader, frame_record
 from gitxet.vfs.nodes import ReadOnlyFS
 
 log = logging.getLogger(__name__)
+
+#: accept() errors that mean "no descriptor (or memory) for the connection now"
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_ACCEPT_BACKOFF = 0.05  # seconds between tries while out of descriptors
+_FD_WARNING_INTERVAL = 10.0  # seconds between two warnings about it
 
 # The largest call we accept: a READ call is tiny, but a client may send a WRITE of up to
 # the advertised wtmax before learning the tree is read-only; keep generous headroom.
@@ -136,6 +142,7 @@ class NFSServer:
             [self.nfs.program(), self.mountd.program(), self.portmap.program()]
         )
         self._listeners: list[socket.socket] = []
+        self._next_fd_warning = 0.0
         self._ports: tuple[int, int] = (0, 0)
         self._threads: list[threading.Thread] = []
         self._conns: set[_Connection] = set()
@@ -312,7 +319,10 @@ class NFSServer:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            log.warning("accept failed: %s", exc)
+            if exc.errno in _OUT_OF_DESCRIPTORS:
+                self._out_of_descriptors(exc)
+            else:
+                log.warning("accept failed: %s", exc)
             return
         peer = f"{addr[0]}:{addr[1]}"
         with self._conns_lock:
@@ -334,6 +344,24 @@ class NFSServer:
             self._conns.add(conn)
         log.debug("connection from %s", peer)
         conn.thread.start()
+
+    def _out_of_descriptors(self, exc: OSError) -> None:
+        """``accept`` failed for want of a descriptor (``ulimit -n`` below what the clients
+        open): the connection stays queued and the listener readable, so retrying at once
+        spun a core and logged a warning per try. Close the connection idle longest to
+        make room, as for ``max_connections``, and wait a moment before the next try."""
+        now = time.monotonic()
+        if now >= self._next_fd_warning:
+            self._next_fd_warning = now + _FD_WARNING_INTERVAL
+            log.warning(
+                "accept failed: %s (%d connections open): raise the open files limit "
+                "(ulimit -n) or lower --max-connections",
+                exc,
+                len(self._conns),
+            )
+        with self._conns_lock:
+            self._evict_idle()
+        self._stopping.wait(_ACCEPT_BACKOFF)
 
     def _evict_idle(self) -> bool:
         """Close the connection idle longest (no call in flight), as knfsd does when over its
