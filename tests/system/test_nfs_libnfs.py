@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -392,3 +393,24 @@ def test_out_of_descriptors_the_server_neither_spins_nor_floods_its_log(
         assert cpu < 0.5, f"{cpu:.2f} s of CPU in a second while out of descriptors"
         clients.wait(TIMEOUT)
         assert "README.md" in ls(srv.url)  # and it serves again once descriptors are free
+
+
+class CountingFS(MemoryFS):
+    """A MemoryFS that counts its directory listings."""
+
+    listings = 0
+
+    def readdir(self, ino: int) -> list[tuple[bytes, Any]]:
+        self.listings += 1
+        return super().readdir(ino)
+
+
+def test_a_big_directory_is_listed_once_for_all_its_pages() -> None:
+    """Each READDIR(PLUS) page listed the whole directory again: paging through a big one
+    was quadratic (100,000 entries through nfs-ls: 137 s, 1.2 s as 100 directories)."""
+    names = {f"big/f{i:05d}": b"" for i in range(5000)}
+    fs = CountingFS(names)
+    with NFSServer(fs) as srv:
+        got = ls(srv.url_for("big"))
+        assert sorted(got) == sorted(n.removeprefix("big/") for n in names)
+        assert fs.listings <= 2, f"{fs.listings} listings for one nfs-ls"  # READDIR(PLUS)

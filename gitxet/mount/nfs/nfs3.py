@@ -19,6 +19,7 @@ from gitxet.errors import GitxetError, XdrError
 from gitxet.mount.nfs.handle import NFS3_FHSIZE, FileHandles, HandleError
 from gitxet.mount.nfs.rpc import Handler, Program, RpcCall
 from gitxet.mount.nfs.xdr import U32_MAX, Packer, Unpacker, opaque_size
+from gitxet.util.lru import LRUCache
 from gitxet.vfs.nodes import Attrs, FSStats, NodeKind, ReadOnlyFS
 
 log = logging.getLogger(__name__)
@@ -242,6 +243,12 @@ def unpack_sattr3(u: Unpacker) -> None:
 # --------------------------------------------------------------------------- the service
 
 
+#: directory entries of listings kept for the pages after the first (all directories)
+LISTINGS_KEPT = 1 << 18
+#: a listing longer than this is kept: it takes more than one page to send
+LISTING_PAGED = 64
+
+
 class NFS3Service:
     """The NFSv3 program: one handler per procedure, all over one ``ReadOnlyFS``."""
 
@@ -252,6 +259,12 @@ class NFS3Service:
         # Directories never change, so one verifier is valid for every listing we hand out.
         self.cookieverf = struct.pack(">Q", handles.fsid)
         self._name_max_cache: int | None = None
+        # listings being paged through (READDIR(PLUS) with a cookie), by directory inode:
+        # listing a directory again for every page made a big one quadratic (100,000
+        # entries: 137 s through libnfs); bounded by the entries held
+        self._listings: LRUCache[int, list[tuple[bytes, Attrs]]] = LRUCache(
+            LISTINGS_KEPT, weigher=len
+        )
 
     def program(self) -> Program:
         """The RPC procedure table."""
@@ -451,9 +464,13 @@ class NFS3Service:
             raise NfsStatusError(Status.NOTDIR)
         if cookie and verf != self.cookieverf and verf != bytes(8):
             raise NfsStatusError(Status.BAD_COOKIE)
-        parent = self._model("LOOKUP", self.fs.lookup, attrs.ino, b"..")
-        children = self._model("READDIR", self.fs.readdir, attrs.ino)
-        entries = [(b".", attrs), (b"..", parent), *children]
+        entries = self._listings.get(attrs.ino) if cookie else None
+        if entries is None:  # the first page lists afresh; the next pages use that listing
+            parent = self._model("LOOKUP", self.fs.lookup, attrs.ino, b"..")
+            children = self._model("READDIR", self.fs.readdir, attrs.ino)
+            entries = [(b".", attrs), (b"..", parent), *children]
+            if len(entries) > LISTING_PAGED:
+                self._listings.put(attrs.ino, entries)
         if cookie > len(entries):
             raise NfsStatusError(Status.BAD_COOKIE)
         return attrs, entries
