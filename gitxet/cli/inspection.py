@@ -60,7 +60,10 @@ def _remote_url_or_none(repo, remote: str) -> str | None:  # type: ignore[no-unt
     return None
 
 
-def _status(repo) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def _status(repo, *, locate: bool = False) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """What ``status`` shows; with ``locate``, also ``nowhere``: how many of HEAD's pointer
+    files have their data in no store and not on the remote (None: the remote could not
+    be asked), so the hint never sends the user to a checkout that cannot write them."""
     from gitxet.git import process
 
     head = process.head_commit(repo.cwd)
@@ -75,6 +78,7 @@ def _status(repo) -> dict[str, Any]:  # type: ignore[no-untyped-def]
         "pointers": sum(1 for f in tree if not f.materialized),
     }
     pointers = [{"path": f.path, "size": f.pointer.size} for f in tree if not f.materialized]
+    unwritten = [(f.path, f.pointer) for f in tree if not f.materialized] if locate else []
     del tree
     staged = {p: s for s, p in process.changed_paths(repo.cwd, staged=True) if p in large}
     unstaged = {p: s for s, p in process.changed_paths(repo.cwd, staged=False) if p in large}
@@ -94,7 +98,17 @@ def _status(repo) -> dict[str, Any]:  # type: ignore[no-untyped-def]
             base = []  # never pushed: everything is to be pushed
         found = repo.paths_to_push([head], base, remote)
         to_push = sorted({path for path, _ in found})
-    return {
+    nowhere: int | None = 0
+    if unwritten:
+        from gitxet.errors import ConfigError, RemoteError
+
+        try:
+            where = repo.locate(unwritten, remote, ask_remote=remote is not None)
+            nowhere = sum(1 for d in where if not d.local and not d.remote)
+        except (ConfigError, RemoteError):
+            nowhere = None
+    extra = {"nowhere": nowhere} if locate else {}
+    return extra | {
         "branch": process.current_branch(repo.cwd),
         "commit": head,
         "remote": None
@@ -124,7 +138,7 @@ def status_cmd(
     not on a path remote ('git xet push --all' uploads it).
     """
     repo = _open_repo()
-    st = _status(repo)
+    st = _status(repo, locate=not as_json and not porcelain)
     if as_json:
         _json.emit("status", st)
         return
@@ -156,6 +170,12 @@ def status_cmd(
             typer.echo(f"\t{_CHANGE[f['unstaged']]}{shown(f['path'])}")
     pf = st["pointer_files"]
     hint = " ('git xet checkout' writes their data)" if pf["pointers"] else ""
+    if st.get("nowhere"):
+        hint = (
+            f" (the data of {st['nowhere']} of them is in no store and not on "
+            f"{remote['name'] if remote else 'any remote'}: 'git xet fsck' lists them; a "
+            "clone that has the data uploads it: git xet push --all)"
+        )
     typer.echo(
         f"pointer files in HEAD: {pf['total']} ({pf['materialized']} materialized, "
         f"{pf['pointers']} pointers){hint}"

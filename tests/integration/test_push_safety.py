@@ -126,6 +126,10 @@ def test_push_repairs_a_ref_pushed_without_its_data_and_fsck_says_where(tmp_path
     assert r.returncode == 4, r.stdout + r.stderr
     assert "missing  new.bin: not in the local store, not on origin" in r.stdout
     assert "1 only on origin, 1 missing" in r.stdout
+    # status sends no one to a checkout that cannot write the file
+    out = xet("status", cwd=lazy).stdout
+    assert "(2 materialized" not in out and "'git xet checkout' writes" not in out, out
+    assert "the data of 1 of them is in no store and not on origin" in out, out
 
     assert "files whose data origin lacks: 1" in xet("status", cwd=plain).stdout
     r = xet("push", cwd=plain)
@@ -135,6 +139,7 @@ def test_push_repairs_a_ref_pushed_without_its_data_and_fsck_says_where(tmp_path
 
     r = xet("fsck", "--all", cwd=lazy)
     assert "2 only on origin, 0 missing" in r.stdout
+    assert "'git xet checkout' writes their data" in xet("status", cwd=lazy).stdout
     xet("checkout", cwd=lazy)
     assert (lazy / "new.bin").read_bytes() == new
     assert "2 in the local store, 0 only on origin, 0 missing" in xet("fsck", cwd=lazy).stdout
