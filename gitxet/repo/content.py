@@ -210,7 +210,9 @@ class Content:
             # added here against a server's data (dedup): the rest of its bytes are there
             source = self.with_servers(self.remotes.search_order(remote, ref=ref, commit=commit))
         elif info is None:
-            if self._to_list is not None:
+            if self._to_list is not None or self._listing.locked():
+                # (a listing under way: waited for, or this file would be described alone;
+                # 56 were in a plain git clone of 100,000 files, listed in a few seconds)
                 self._list_checkout()
             if self._expected or self._asking or self._upcoming:  # descriptions in batches
                 self._describe_with_expected(fhash, remote, ref, commit)
