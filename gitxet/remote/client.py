@@ -659,6 +659,11 @@ class CASClient:
         if end < start:
             raise ValueError(f"inverted range {start}-{end}")
         want = end - start + 1
+        if want > MAX_XORB_READ_BYTES:  # what a reconstruction of a hostile server may say
+            raise RemoteError(
+                f"xorb range {strip_credentials(url)[:200]}: {want:,} bytes asked for, more "
+                "than a xorb holds (a malformed reconstruction)"
+            )
         buf = into if into is not None else data_buffer(want)
         if len(buf) != want:
             raise ValueError(f"buffer of {len(buf)} bytes for a {want}-byte range")

@@ -550,3 +550,13 @@ def test_the_data_connections_of_threads_that_ended_are_closed() -> None:
         assert data.get(url)[0] is conn
         data.close()
         assert conn.sock is None
+
+
+def test_a_range_larger_than_a_xorb_is_refused_before_any_buffer_or_request() -> None:
+    """A hostile reconstruction's fetch entry claiming 2^40 bytes: no 1 TiB buffer is made,
+    no request is sent (nothing listens on the URL's port)."""
+    from gitxet.errors import RemoteError
+    from gitxet.remote.client import CASClient
+
+    with CASClient("http://127.0.0.1:9") as c, pytest.raises(RemoteError, match="more than a xorb"):
+        c.fetch_xorb_range("http://127.0.0.1:9/xorb-data/x", 0, (1 << 40) - 1)
