@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 
-FORK_WAIT = 10.0  # seconds a fork waits for other threads' imports; then it forks anyway
+FORK_WAIT = 10.0  # seconds a fork waits for other threads (imports, SQLite statements); then
+# it forks anyway (gitxet.util.sqlite waits as long for its gate)
 _POLL = 0.001
 
 

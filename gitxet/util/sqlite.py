@@ -9,7 +9,8 @@ DataLoader worker forked while its parent read through ``xet://`` hung opening t
 index) or reads without the lock it thinks it has. So every statement and transaction on a
 connection opened here holds a process-wide gate while it is open, and ``os.fork`` (a
 before-fork hook) closes the gate, waits until no other thread holds it, forks and opens it
-again.
+again. Other threads' imports are waited for first (:mod:`gitxet.util.forks`), as a
+thread importing a module may still need the gate.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Self
 
-FORK_WAIT = 10.0  # seconds a fork waits for the gate's holders; then it forks anyway
+from gitxet.util.forks import FORK_WAIT, wait_for_imports
 
 _Token = tuple[int, list[int]]  # (the gate's generation, the holding thread's count)
 
@@ -72,6 +73,9 @@ class _ForkGate:
                 self._cond.notify_all()
 
     def before_fork(self) -> None:
+        # imports first: this import registered the forks hook before the gate's, so it
+        # runs after the gate is closed, and an importing thread may need the gate
+        wait_for_imports()
         self._cond.acquire()  # held across the fork: no thread enters meanwhile
         self._forker = threading.get_ident()
         mine = self._mine()

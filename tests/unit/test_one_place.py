@@ -193,6 +193,17 @@ def token_lookups(rel: str, tree: ast.Module) -> Iterator[Hit]:
             yield Hit(rel, fn.lineno, f"def {fn.name}")
 
 
+def fork_waits(rel: str, tree: ast.Module) -> Iterator[Hit]:
+    """How long a fork waits for other threads, as a module constant."""
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            if isinstance(target, ast.Name) and "FORK_WAIT" in target.id:
+                yield Hit(rel, node.lineno, target.id)
+
+
 #: idea -> (finder, the one module allowed to hold it)
 IDEAS: dict[str, tuple[Callable[[str, ast.Module], Iterator[Hit]], str]] = {
     "atomic writer": (atomic_writers, "util/atomic.py"),
@@ -203,6 +214,7 @@ IDEAS: dict[str, tuple[Callable[[str, ast.Module], Iterator[Hit]], str]] = {
     "cache size default": (cache_size_defaults, "settings.py"),
     "state and cache dir defaults": (state_and_cache_dir_defaults, "settings.py"),
     "token lookup": (token_lookups, "settings.py"),
+    "fork wait": (fork_waits, "util/forks.py"),
 }
 
 _TREES = list(modules())
@@ -239,6 +251,7 @@ def test_one_definition(idea: str) -> None:
         ("cache size default", "def cache(max_bytes=10 << 30): ...\n"),
         ("state and cache dir defaults", "base = os.environ.get('XDG_CACHE_HOME')\n"),
         ("token lookup", "t = keyring.get_password('gitxet', url)\n"),
+        ("fork wait", "FORK_WAIT = 10.0\n"),
     ],
 )
 def test_a_copy_is_caught(idea: str, source: str) -> None:
