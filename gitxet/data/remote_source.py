@@ -85,6 +85,11 @@ INITIAL_WINDOW = 8 << 20
 MAX_WINDOW = DEFAULT_PREFETCH_BYTES
 #: xorbs whose fetch URLs and locations are remembered (an LRU each)
 _MAX_XORB_ENTRIES = 16384
+#: file descriptions held in memory (an LRU; a mount describes at most 1,000 at once): one
+#: dropped is read again from the cache directory or asked for again. A
+#: :meth:`RemoteChunkSource.describe` of more files raises the bound to hold them all: its
+#: callers (clone, fetch, warmup) read each file it describes, after it returns
+MAX_FILES = 1 << 15
 #: parallel range fetches per source
 FETCH_WORKERS = 8
 #: batches of file descriptions asked for at once (:meth:`RemoteChunkSource.describe`)
@@ -116,6 +121,11 @@ def _keep(path: str, data: bytes) -> None:
 
 
 _unkept_said = threading.Event()
+
+
+def _one_file_shard(info: shardfmt.FileInfo) -> bytes:
+    """A shard of one file block (a description kept on disk, without its xorbs)."""
+    return shardfmt.serialize_shard(shardfmt.Shard([info], []))
 
 
 class CacheMissError(GitxetError):
@@ -183,6 +193,7 @@ class RemoteChunkSource:
         unit: int = UNIT,
         fallback: CASClient | None = None,
         has_locations: bool | None = None,
+        max_files: int = MAX_FILES,
     ) -> None:
         # every read returns new buffers of megabytes: reuse freed ones, not fresh pages
         keep_freed_memory()
@@ -203,9 +214,10 @@ class RemoteChunkSource:
         self._pid = os.getpid()
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        self._files: dict[bytes, shardfmt.FileInfo] = {}
-        # described in a batch to keep, not on disk yet: kept when first read (file_info)
-        self._unkept: dict[bytes, shardfmt.Shard] = {}
+        # file -> (its description, whether it is still to be kept on disk: described in
+        # a batch to keep, it is written when first read, by file_info)
+        self._files: LRUCache[bytes, tuple[shardfmt.FileInfo, bool]] = LRUCache(max_files)
+        self._max_files = max_files
         self._layouts: dict[bytes, RemoteLayout] = {}
         self._xorb_file: dict[bytes, bytes] = {}  # a file whose reconstruction names the xorb
         # per xorb, bounded: each is asked for again when it is needed after an eviction
@@ -335,11 +347,13 @@ class RemoteChunkSource:
 
     def file_info(self, file_hash: bytes) -> shardfmt.FileInfo | None:
         with self._lock:
-            info = self._files.get(file_hash)
-            unkept = self._unkept.pop(file_hash, None) if info is not None else None
-        if unkept is not None:
-            _keep(self._shard_path(file_hash, False), shardfmt.serialize_shard(unkept))
-        if info is not None:
+            held = self._files.get(file_hash)
+            if held is not None and held[1]:
+                self._files.put(file_hash, (held[0], False))
+        if held is not None:
+            info, unkept = held
+            if unkept:
+                _keep(self._shard_path(file_hash, False), _one_file_shard(info))
             return info
         shard = self.file_shard(file_hash, with_xorbs=False)
         return None if shard is None else self._register(file_hash, shard)
@@ -361,7 +375,11 @@ class RemoteChunkSource:
         """
         known: set[bytes] = set()
         want: list[bytes] = []
-        for h in dict.fromkeys(file_hashes):
+        unique = list(dict.fromkeys(file_hashes))
+        with self._lock:  # each file described here is held until its reader comes
+            if len(unique) > self._files.capacity:
+                self._files.capacity = len(unique) + self._max_files
+        for h in unique:
             with self._lock:
                 held = h in self._files
             if held:
@@ -386,10 +404,8 @@ class RemoteChunkSource:
             if blocks is None:
                 return None
             for h, info in blocks.items():
-                shard = shardfmt.Shard([info], [])
-                if self._register(h, shard) is not None and keep:
-                    with self._lock:
-                        self._unkept[h] = shard  # on disk once read: not 1,000 files a batch
+                # (kept on disk once read: not 1,000 files a batch)
+                self._register(h, shardfmt.Shard([info], []), unkept=keep)
             return set(blocks)
 
         if len(batches) == 1:
@@ -405,7 +421,11 @@ class RemoteChunkSource:
             known |= got
         return known
 
-    def _register(self, file_hash: bytes, shard: shardfmt.Shard) -> shardfmt.FileInfo | None:
+    def _register(
+        self, file_hash: bytes, shard: shardfmt.Shard, *, unkept: bool = False
+    ) -> shardfmt.FileInfo | None:
+        """Hold the description of ``file_hash`` that ``shard`` holds (``unkept``: to be
+        kept on disk when first read) and the verified layouts of its xorbs."""
         info = next((f for f in shard.files if f.file_hash == file_hash), None)
         if info is None:
             return None
@@ -416,7 +436,7 @@ class RemoteChunkSource:
                     continue  # verified when it was registered; a later shard repeats it
             layouts[x.xorb_hash] = self._verified_layout(x)
         with self._lock:
-            self._files[file_hash] = info
+            self._files.put(file_hash, (info, unkept))
             self._layouts.update(layouts)
             for t in info.terms:
                 self._xorb_file.setdefault(t.xorb_hash, file_hash)

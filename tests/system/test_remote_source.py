@@ -402,6 +402,73 @@ def test_descriptions_of_many_files_come_in_batches(tmp_path: Path) -> None:
     cache.close()
 
 
+def _counting(client: CASClient) -> list[str]:
+    """The description requests ``client`` sends from now on (``POST``: a batch, ``GET``: a
+    file alone)."""
+    sent: list[str] = []
+    request = client._request
+
+    def counting(method: str, url: str, **kw: Any) -> Any:
+        if "/v1/file-shards" in url:
+            sent.append(method)
+        return request(method, url, **kw)
+
+    client._request = counting  # type: ignore[method-assign]
+    return sent
+
+
+def _read(src: RemoteChunkSource, fh: bytes) -> bytes:
+    out = io.BytesIO()
+    FileReader(src, fh).copy_to(out)
+    return out.getvalue()
+
+
+def test_descriptions_held_are_bounded_and_a_dropped_one_is_asked_for_again(
+    tmp_path: Path,
+) -> None:
+    """A long-lived mount reading 100,000s of files holds at most ``max_files`` file
+    descriptions (the least recently used go); a file whose description went is described
+    again when it is read, and read right."""
+    sx, files, hashes, shard = _packed(41, 6)
+    with _own_server(tmp_path / "srv", sx, shard) as client:
+        cache, src = _source(client, tmp_path, max_files=4)
+        sent = _counting(client)
+        assert src.describe(hashes[:3], keep=False) == set(hashes[:3])
+        assert src.describe(hashes[3:], keep=False) == set(hashes[3:])
+        assert sent == ["POST", "POST"] and len(src._files) == 4  # 0 and 1 went
+        sent.clear()
+        assert [_read(src, hashes[i]) for i in (5, 4)] == [files[5], files[4]]
+        assert sent == []  # held
+        assert _read(src, hashes[0]) == files[0]
+        assert sent == ["GET"]  # dropped: asked for again (and 2, least recently used, went)
+        assert _read(src, hashes[3]) == files[3] and sent == ["GET"]
+        assert _read(src, hashes[2]) == files[2] and sent == ["GET", "GET"]
+        assert len(src._files) == 4
+        for fh, data in zip(hashes, files, strict=True):
+            assert _read(src, fh) == data
+        assert len(src._files) == 4
+        src.close()
+        cache.close()
+
+
+def test_a_describe_of_more_files_than_the_bound_holds_them_for_their_readers(
+    tmp_path: Path,
+) -> None:
+    """A clone describes all its files (2,345 here, the bound is 100), then writes them,
+    eight at a time: one POST per 1,000 files and not a single GET, as without a bound."""
+    sx, files, hashes, shard = _packed(43, 2_345)
+    with _own_server(tmp_path / "srv", sx, shard) as client:
+        cache, src = _source(client, tmp_path, max_files=100)
+        sent = _counting(client)
+        assert src.describe(hashes, keep=False) == set(hashes)
+        assert sent == ["POST"] * 3
+        with ThreadPoolExecutor(8) as pool:
+            assert list(pool.map(lambda fh: _read(src, fh), hashes)) == files
+        assert sent == ["POST"] * 3
+        src.close()
+        cache.close()
+
+
 def test_a_batch_of_descriptions_is_kept_file_by_file_as_the_files_are_read(
     tmp_path: Path,
 ) -> None:
