@@ -253,6 +253,12 @@ def configuration() -> list[str]:
         "`git xet login`. A token put in a URL is never written further: mount records,",
         "`git xet mounts`, `git xet env`, logs, messages and the mount daemon's arguments show",
         "the URL without it (the daemon gets the token through its environment).",
+        "",
+        "`GITXET_TOKEN` goes to every server that identifies as a gitxet server, which any",
+        "server can claim. Where a job clones repositories someone else wrote (whose submodule",
+        "URLs name servers of their choosing), bind it: `GITXET_TOKEN_HOSTS=data.example.org`",
+        "(`host` or `host:port`, comma-separated) gives it to those servers only, in git's",
+        "credential helper and in every other token lookup alike; docs/security.md has more.",
     ]
 
 

@@ -37,6 +37,7 @@ PREFETCH_ENV = "GITXET_PREFETCH"
 STATE_DIR_ENV = "GITXET_STATE_DIR"
 TOKEN_ENV = "GITXET_TOKEN"
 TOKEN_FILE_ENV = "GITXET_TOKEN_FILE"
+TOKEN_HOSTS_ENV = "GITXET_TOKEN_HOSTS"
 LAZY_ENV = "GITXET_LAZY"
 CAS_URL_ENV = "GITXET_CAS_URL"
 TIER_TIMEOUT_ENV = "GITXET_TIER_TIMEOUT"
@@ -62,6 +63,12 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
         TOKEN_FILE_ENV,
         "a file holding the token, re-read whenever it changes (rotation); beats `GITXET_TOKEN`",
         "none",
+    ),
+    (
+        TOKEN_HOSTS_ENV,
+        "the only servers `GITXET_TOKEN` is given to: `host` or `host:port`, comma-separated "
+        "(see Tokens)",
+        "every gitxet server",
     ),
     (LAZY_ENV, "leave pointers on checkout, like `xet.lazy` (a boolean)", "`xet.lazy`"),
     (
@@ -281,6 +288,41 @@ def server_key(url: str) -> str:
     return f"{s.scheme}://{host}" + (f":{port}" if port else "")
 
 
+def parse_token_hosts(text: str) -> frozenset[str]:
+    """``GITXET_TOKEN_HOSTS`` (``"data.example.org, 10.0.0.5:8080"``) -> the set of lower-case
+    ``host`` / ``host:port`` entries; a ``scheme://`` prefix and a trailing ``/`` are allowed.
+
+    Raises:
+        ConfigError: an entry is not a host name with an optional port.
+    """
+    hosts: set[str] = set()
+    for raw in re.split(r"[,\s]+", text.strip()):
+        if not raw:
+            continue
+        entry = re.sub(r"^https?://", "", raw, flags=re.IGNORECASE).rstrip("/").lower()
+        if not re.fullmatch(r"(?:[a-z0-9_.-]+|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?", entry):
+            raise ConfigError(
+                f"{TOKEN_HOSTS_ENV}: not a host or host:port: {strip_credentials(raw)!r}"
+            )
+        hosts.add(entry)
+    if not hosts:
+        raise ConfigError(f"{TOKEN_HOSTS_ENV} is set but names no host")
+    return frozenset(hosts)
+
+
+def host_allowed(url: str, hosts: frozenset[str]) -> bool:
+    """Whether ``url``'s server is in ``hosts`` (an entry without a port allows every port)."""
+    try:
+        s = urllib.parse.urlsplit(url)
+        port = s.port
+    except ValueError:
+        return False
+    if not s.hostname:
+        return False
+    host = f"[{s.hostname}]" if ":" in s.hostname else s.hostname
+    return host in hosts or (port is not None and f"{host}:{port}" in hosts)
+
+
 def keyring_token(url: str) -> str | None:
     """The token ``git xet login`` stored for ``url``'s server, or ``None`` (also when no
     keyring backend works on this machine)."""
@@ -421,6 +463,8 @@ class Settings:
     state_dir: str
     token: str | None = field(default=None, repr=False)
     env_token: str | None = field(default=None, repr=False)
+    #: the servers ``env_token`` may go to (``GITXET_TOKEN_HOSTS``), or None: every server
+    env_token_hosts: frozenset[str] | None = field(default=None, repr=False)
     use_keyring: bool = True
     #: a cache tier to read file data through (``GITXET_CAS_URL``), or None: the origin
     cas_url: str | None = None
@@ -453,6 +497,7 @@ class Settings:
         e = os.environ if env is None else env
         tier = cas_url or e.get(CAS_URL_ENV) or None
         tf = token_file or e.get(TOKEN_FILE_ENV) or None
+        hosts = e.get(TOKEN_HOSTS_ENV)
         return cls(
             cache_dir=cache_root(cache_dir, e),
             cache_bytes=_size(cache_size or e.get(CACHE_SIZE_ENV), DEFAULT_CACHE_BYTES),
@@ -460,6 +505,7 @@ class Settings:
             state_dir=state_root(state_dir, e),
             token=token or None,
             env_token=e.get(TOKEN_ENV) or None,
+            env_token_hosts=parse_token_hosts(hosts) if hosts is not None else None,
             use_keyring=use_keyring,
             cas_url=check_cas_url(tier) if tier else None,
             token_file=TokenFile(tf) if tf else None,
@@ -469,6 +515,15 @@ class Settings:
     def with_token(self, token: str | None) -> Settings:
         """The same settings with an explicit token (``None``: keep the lookup)."""
         return self if not token else replace(self, token=token)
+
+    def env_token_for(self, url: str) -> str | None:
+        """``GITXET_TOKEN`` if it may be given to ``url``'s server (``GITXET_TOKEN_HOSTS``
+        names it, or is unset), else ``None``."""
+        if self.env_token and (
+            self.env_token_hosts is None or host_allowed(url, self.env_token_hosts)
+        ):
+            return self.env_token
+        return None
 
     def token_for(self, url: str) -> str | None:
         """The token for ``url``: explicit > token file > ``GITXET_TOKEN`` > keyring > URL
@@ -481,8 +536,9 @@ class Settings:
             return self.token
         if self.token_file is not None:
             return self.token_file.read()
-        if self.env_token:
-            return self.env_token
+        env_token = self.env_token_for(url)
+        if env_token:
+            return env_token
         if self.use_keyring and url.startswith(("http://", "https://")):
             found = keyring_token(url)
             if found:
@@ -496,7 +552,7 @@ class Settings:
             return "option"
         if self.token_file is not None:
             return "token file"
-        if self.env_token:
+        if self.env_token_for(url):
             return TOKEN_ENV
         if self.use_keyring and url.startswith(("http://", "https://")) and keyring_token(url):
             return "keyring"

@@ -146,7 +146,11 @@ def _fast_auth(src: str, settings: Any) -> tuple[dict[str, str], bool]:
         found = is_gitxet_server(src)
     if not found:
         return {}, False
-    if settings.token is None and settings.token_file is None and settings.env_token is None:
+    if (
+        settings.token is None
+        and settings.token_file is None
+        and settings.env_token_for(src) is None
+    ):
         return {}, True  # a keyring token: git's credential helper finds it
     return auth_env(src, settings.token_for(src), dict(os.environ)), True
 

@@ -10,6 +10,9 @@ answers 401; it answers with the token of the lookup in :mod:`gitxet.settings`:
   ``realm="gitxet"`` challenge): ``GITXET_TOKEN`` if set (CI);
 * anything else: no answer at all, so git's other helpers (and its prompt) work as before.
 
+``GITXET_TOKEN_HOSTS`` (``host`` or ``host:port``, comma-separated) binds ``GITXET_TOKEN`` to
+the servers it names: any other server gets only its keyring entry, if it has one.
+
 When a gitxet server needs a token and none is known, one line on stderr names
 ``git xet login``. ``store`` and ``erase`` change nothing: the keyring entry belongs to
 ``git xet login``, and a token set in the environment is the user's to change.
@@ -22,7 +25,7 @@ import sys
 from collections.abc import Iterable
 
 from gitxet.errors import GitxetError
-from gitxet.settings import TOKEN_ENV, TOKEN_USERNAME, Settings, keyring_token
+from gitxet.settings import TOKEN_ENV, TOKEN_HOSTS_ENV, TOKEN_USERNAME, Settings, keyring_token
 
 _MAX_INPUT = 64 * 1024  # a credential description is a few lines
 
@@ -56,23 +59,27 @@ def answer(attrs: dict[str, str], settings: Settings, *, probe: bool = True) -> 
     url = describe_url(attrs)
     if url is None:
         return None
+    env_token = settings.env_token_for(url)  # None where GITXET_TOKEN_HOSTS leaves it out
     gitxet: bool | None = None  # what the probe said (None: not asked)
-    if settings.env_token and probe:
+    if env_token and probe:
         # GITXET_TOKEN (CI, a clone's own run): a gitxet server gets it whatever the keyring
         # holds, so the keyring (~0.3 s to load its backends) is opened only if it is not one
         gitxet = _is_gitxet(url, attrs)
         if gitxet:
-            return settings.env_token
+            return env_token
     known = keyring_token(url) if settings.use_keyring else None
     if known:
-        return settings.env_token or known
+        return env_token or known
     if not probe or gitxet is False or not _is_gitxet(url, attrs):
         return None
-    if settings.env_token:
-        return settings.env_token
+    if env_token:
+        return env_token
+    host = url.split("/", 3)[2]
+    # GITXET_TOKEN set here means GITXET_TOKEN_HOSTS does not name this server
+    how = f"or add {host} to {TOKEN_HOSTS_ENV}" if settings.env_token else f"or set {TOKEN_ENV}"
     print(
-        f"git-xet: {url.split('/', 3)[2]} is a gitxet server and no token is known: run "
-        f"'git xet login {url}' (or set {TOKEN_ENV})",
+        f"git-xet: {host} is a gitxet server and no token is known: run "
+        f"'git xet login {url}' ({how})",
         file=sys.stderr,
     )
     return None

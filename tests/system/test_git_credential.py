@@ -127,6 +127,30 @@ def test_gitxet_token_makes_plain_git_work(srv: tuple[str, str], tmp_path: Path)
     )
 
 
+def test_token_hosts_keep_gitxet_token_from_servers_they_do_not_name(
+    srv: tuple[str, str], tmp_path: Path
+) -> None:
+    """GITXET_TOKEN_HOSTS binds the CI token: a server it leaves out (a submodule's, say)
+    gets no token from git's helper nor from the filters, and git says which variable."""
+    url, token = srv
+    work, big = _make_work(tmp_path, url)
+    host = url.split("/")[2]  # 127.0.0.1:PORT
+    elsewhere = {"GITXET_TOKEN": token, "GITXET_TOKEN_HOSTS": "data.example.org"}
+    r = run("git", "push", "-q", "origin", "main", cwd=work, env=elsewhere, check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    hints = [ln for ln in r.stderr.splitlines() if "GITXET_TOKEN_HOSTS" in ln]
+    assert len(hints) == 1 and host in hints[0], r.stderr
+    named = {"GITXET_TOKEN": token, "GITXET_TOKEN_HOSTS": f"data.example.org,{host}"}
+    run("git", "push", "-q", "origin", "main", cwd=work, env=named)
+    clone = tmp_path / "clone"
+    run("git", "clone", "-q", url, str(clone), cwd=tmp_path, env=named)
+    assert (clone / "big.bin").read_bytes() == big
+    # the same host on another port is another server
+    other_port = {"GITXET_TOKEN": token, "GITXET_TOKEN_HOSTS": "127.0.0.1:1"}
+    r = run("git", "fetch", "-q", "origin", cwd=clone, env=other_port, check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+
+
 def test_helper_says_nothing_for_other_hosts(srv: tuple[str, str], tmp_path: Path) -> None:
     url, token = srv
     env = {"GITXET_TOKEN": token}

@@ -86,3 +86,27 @@ def test_env_token_for_a_gitxet_server_does_not_open_the_keyring(
     assert credential.answer({"protocol": "http", "host": "known"}, env) == "t"
     assert credential.answer({"protocol": "http", "host": "other"}, env) is None
     assert opened == ["http://known", "http://other"]
+
+
+def test_token_hosts_bind_the_env_token_to_the_servers_they_name(
+    memkeyring: MemoryKeyring, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gitxet.remote import client
+
+    monkeypatch.setattr(client, "is_gitxet_server", lambda url, *, timeout=5.0: True)
+    env = {"GITXET_TOKEN": "ci-token", "GITXET_TOKEN_HOSTS": "data.example.org, 10.0.0.5:8080"}
+    settings = Settings.load(env=env)
+    named = {"protocol": "https", "host": "data.example.org", "path": "d.git"}
+    assert credential.answer(named, settings) == "ci-token"
+    assert credential.answer({"protocol": "http", "host": "10.0.0.5:8080"}, settings) == "ci-token"
+    # a gitxet server the variable leaves out (another port, a submodule's host) gets nothing,
+    # and the hint says why
+    for host in ("10.0.0.5:8081", "evil.example.net"):
+        assert credential.answer({"protocol": "http", "host": host}, settings) is None
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "GITXET_TOKEN_HOSTS" in err
+    # its keyring entry still reaches a server the variable leaves out, never the variable
+    memkeyring.set_password("gitxet", "http://evil.example.net", "its-own")
+    assert (
+        credential.answer({"protocol": "http", "host": "evil.example.net"}, settings) == "its-own"
+    )

@@ -251,3 +251,22 @@ def test_redact_drops_userinfo_also_written_with_an_escaped_at() -> None:
     assert redact("xet://https://u:tok%40h/r.git@main/x") == "xet://https://h/r.git@main/x"
     kept = "https://h/a%40b/c.git and /srv/x@main"  # (no userinfo: a %40 in a path)
     assert redact(kept) == kept
+
+
+def test_token_hosts_bind_the_env_token_in_every_lookup(memkeyring: MemoryKeyring) -> None:
+    memkeyring.set_password("gitxet", "http://other:1", "from-keyring")
+    env = {"GITXET_TOKEN": "from-env", "GITXET_TOKEN_HOSTS": "HTTPS://Data.Example.org/ h:1"}
+    settings = Settings.load(env=env)
+    assert settings.env_token_hosts == frozenset({"data.example.org", "h:1"})
+    assert settings.token_for("https://data.example.org:8443/d.git") == "from-env"  # any port
+    assert settings.token_for("http://h:1/d.git") == "from-env"
+    assert settings.token_source("http://h:1/d.git") == "GITXET_TOKEN"
+    assert settings.token_for("http://h:2/d.git") is None  # another port of a host:port entry
+    assert settings.token_for("http://other:1/d.git") == "from-keyring"
+    assert settings.token_source("http://other:1/d.git") == "keyring"
+    assert settings.token_for("http://u:from-url@evil/d.git") == "from-url"  # the URL's own
+    # an explicit token is the caller's choice for that repository: never filtered
+    assert Settings.load(token="explicit", env=env).token_for("http://evil/d.git") == "explicit"
+    for bad in ("", " , ", "user@host", "host/path", "host:port", "a b@c"):
+        with pytest.raises(ConfigError, match="GITXET_TOKEN_HOSTS"):
+            Settings.load(env={"GITXET_TOKEN_HOSTS": bad})
