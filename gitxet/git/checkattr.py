@@ -19,9 +19,9 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 
 from gitxet.errors import GitError
-from gitxet.git._runner import PathArg, PipedGit
+from gitxet.git._runner import PathArg, PipedGit, run_git
 
-__all__ = ["AttrQuery"]
+__all__ = ["AttrQuery", "xet_filtered"]
 
 #: check-attr answers for an attribute no rule mentions.
 UNSPECIFIED = "unspecified"
@@ -29,6 +29,23 @@ UNSPECIFIED = "unspecified"
 AHEAD_BYTES = 16 << 10
 #: answers read and kept for a later get, at most (the oldest are dropped)
 KEPT_ANSWERS = 4096
+
+
+def xet_filtered(cwd: PathArg, paths: Sequence[str]) -> set[str]:
+    """Those of ``paths`` that git's checkout runs through the xet filter (their ``filter``
+    attribute is ``xet``), as the index's ``.gitattributes`` decide (git reads those first
+    when it checks files out): one ``git check-attr --cached`` for all of them. A pointer
+    blob anywhere else is a plain file of pointer text to git."""
+    if not paths:
+        return set()
+    names = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
+    out = run_git(["check-attr", "--cached", "--stdin", "-z", "filter"], cwd, input=names)
+    fields = out.split(b"\0")
+    return {
+        fields[i].decode("utf-8", "surrogateescape")
+        for i in range(0, len(fields) - 2, 3)
+        if fields[i + 2] == b"xet"
+    }
 
 
 class AttrQuery:

@@ -15,6 +15,7 @@ from gitxet.errors import GitObjectNotFoundError, PointerFormatError, UnsafePath
 from gitxet.formats.pointer import MAX_POINTER_SIZE, Pointer
 from gitxet.git import process
 from gitxet.git.catfile import batch_read
+from gitxet.git.checkattr import xet_filtered
 from gitxet.git.paths import unsafe_path
 from gitxet.git.worktree import WorkTree
 from gitxet.git.xetconfig import is_never_pointer
@@ -115,10 +116,11 @@ def paths_in_history(
 def pointer_files(
     cwd: str, worktree: Path | None, rev: str | None = "HEAD", paths: Sequence[str] = ()
 ) -> list[PointerFile]:
-    """Pointer files of a revision (or of the index when ``rev`` is None), limited to the
-    pathspecs ``paths``; whether each is materialized is checked in ``worktree`` (None:
-    not checked). A hostile tree's unsafe paths (``.git/x``, ``../x``) are never listed,
-    nor the files git reads itself (``.gitmodules``...: never written as content)."""
+    """Pointer files of a revision (or of the index when ``rev`` is None: only those git's
+    checkout sends through the xet filter), limited to the pathspecs ``paths``; whether
+    each is materialized is checked in ``worktree`` (None: not checked). A hostile tree's
+    unsafe paths (``.git/x``, ``../x``) are never listed, nor the files git reads itself
+    (``.gitmodules``...: never written as content)."""
     entries: list[tuple[str, bytes]] = []
     if rev is None:
         index = process.index_files(cwd, paths)
@@ -138,13 +140,18 @@ def pointer_files(
         for oid, path in entries
         if sizes.get(oid, MAX_POINTER_SIZE + 1) <= MAX_POINTER_SIZE
     ]
+    found = [
+        (p, ptr)
+        for p, ptr in ((os.fsdecode(path), ptr) for path, ptr in read_pointer_blobs(cwd, small))
+        if not is_never_pointer(p)  # git reads it itself: its text stays (a hostile .gitmodules)
+    ]
+    if rev is None:  # what git checks out: pointer text where the xet filter does not apply
+        filtered = xet_filtered(cwd, [p for p, _ in found])
+        found = [(p, ptr) for p, ptr in found if p in filtered]
     result: list[PointerFile] = []
     with contextlib.ExitStack() as stack:
         wt = stack.enter_context(WorkTree(worktree)) if worktree is not None else None
-        for path, ptr in read_pointer_blobs(cwd, small):
-            p = os.fsdecode(path)
-            if is_never_pointer(p):
-                continue  # git reads it itself: its text stays (a hostile .gitmodules)
+        for p, ptr in found:
             result.append(PointerFile(p, ptr, is_materialized(wt, p, ptr)))
     return result
 

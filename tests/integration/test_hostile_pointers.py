@@ -86,3 +86,51 @@ def test_pointer_text_git_reads_or_links_is_never_content(
     r = run(plain, "git", "checkout", "-q", "hostile")
     assert r.returncode != 0 and b"huge.bin" in r.stderr  # its smudge refused, by name
     assert (plain / ".gitignore").read_bytes() == ptr
+
+
+def test_pointer_text_in_a_file_git_does_not_filter_stays_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose text is a valid pointer but whose path the xet filter does not cover
+    (a pointer kept as an example, a name that differs from a tracked pattern in case) is
+    a plain blob: git checks it out as that text, so clone and checkout must too (they
+    wrote the pointer's content there, and restated the index so 'git status' hid it)."""
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    remote, work = tmp_path / "remote.git", tmp_path / "work"
+    ok(tmp_path, "git", "init", "-q", "--bare", str(remote))
+    ok(tmp_path, "git", "init", "-q", str(work))
+    ok(work, "git", "remote", "add", "origin", str(remote))
+    ok(work, "git-xet", "init")
+    # only *.bin goes through the filter (as in a repository migrated from git-lfs)
+    (work / ".gitattributes").write_bytes(b"*.bin filter=xet diff=xet merge=xet -text\n")
+    content = os.urandom(300_000)
+    (work / "a.bin").write_bytes(content)
+    ok(work, "git-xet", "add", "a.bin", ".gitattributes", ".xetconfig")
+    ok(work, "git", "commit", "-qm", "base")
+    ptr = run(work, "git", "cat-file", "blob", "HEAD:a.bin").stdout
+    (work / "example.ptr").write_bytes(ptr)  # not *.bin: a plain blob of pointer text
+    (work / "A.BIN").write_bytes(ptr)  # git's patterns match case-sensitively
+    ok(work, "git", "add", "example.ptr", "A.BIN")
+    ok(work, "git", "commit", "-qm", "pointer text as plain files")
+    assert run(work, "git", "check-attr", "filter", "A.BIN").stdout.endswith(b"unspecified\n")
+    ok(work, "git", "push", "-q", "origin", "main")
+
+    clone = tmp_path / "clone"
+    ok(tmp_path, "git-xet", "clone", str(remote), str(clone))
+    assert (clone / "a.bin").read_bytes() == content
+    assert (clone / "example.ptr").read_bytes() == ptr
+    assert (clone / "A.BIN").read_bytes() == ptr
+    os.utime(clone / "example.ptr")  # git re-reads what it cannot trust by stat alone
+    os.utime(clone / "A.BIN")
+    assert ok(clone, "git", "status", "--porcelain") == ""
+
+    lazy = tmp_path / "lazy"
+    ok(tmp_path, "git-xet", "clone", "--lazy", str(remote), str(lazy))
+    ok(lazy, "git-xet", "checkout")
+    assert (lazy / "a.bin").read_bytes() == content
+    assert (lazy / "example.ptr").read_bytes() == ptr
+    assert (lazy / "A.BIN").read_bytes() == ptr
+    ok(lazy, "git-xet", "checkout", "A.BIN")  # named: still git's text
+    assert (lazy / "A.BIN").read_bytes() == ptr
+    os.utime(lazy / "example.ptr")
+    assert ok(lazy, "git", "status", "--porcelain") == ""

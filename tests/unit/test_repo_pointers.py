@@ -49,6 +49,7 @@ def repo(git_repo: Path, run_git_cmd: Git) -> Path:
         git_repo,
         run_git_cmd,
         {
+            ".gitattributes": b"*.bin filter=xet\n",
             "data/a.bin": A.encode(),
             "b.bin": B.encode(),
             "small.txt": b"not a pointer\n",
@@ -86,6 +87,23 @@ def test_pointer_files_of_a_revision_and_the_index(repo: Path, run_git_cmd: Git)
     # the index: what is staged, not HEAD
     run_git_cmd(repo, "rm", "-q", "--cached", "b.bin")
     assert [f.path for f in pointer_files(str(repo), repo, None)] == ["data/a.bin"]
+
+
+def test_the_index_lists_only_files_git_checks_out_through_the_filter(
+    repo: Path, run_git_cmd: Git
+) -> None:
+    """Pointer text where the index's attributes set no xet filter is a plain file to git
+    (which checks it out as that text): a revision's listing has it, the index's not."""
+    second = commit(repo, run_git_cmd, {"example.ptr": A.encode(), "B.BIN": B.encode()}, "two")
+    in_tree = {f.path for f in pointer_files(str(repo), None, second)}
+    assert in_tree == {"b.bin", "data/a.bin", "example.ptr", "B.BIN"}
+    assert {f.path for f in pointer_files(str(repo), repo, None)} == {"b.bin", "data/a.bin"}
+    # the index's attributes decide, not the work tree's (git's order at checkout)
+    (repo / ".gitattributes").write_bytes(b"*.bin filter=xet\n*.ptr filter=xet\n")
+    assert {f.path for f in pointer_files(str(repo), repo, None)} == {"b.bin", "data/a.bin"}
+    run_git_cmd(repo, "add", ".gitattributes")
+    listed = {f.path for f in pointer_files(str(repo), repo, None)}
+    assert listed == {"b.bin", "data/a.bin", "example.ptr"}
 
 
 def test_history_one_per_file_and_what_a_push_sends(repo: Path, run_git_cmd: Git) -> None:
@@ -148,6 +166,7 @@ def test_copies_of_one_blob_are_read_once(
 
     files = {f"flat/{i:04d}.bin": (A if i % 3 else B).encode() for i in range(600)}
     files["flat/plain.txt"] = b"not a pointer\n"
+    files[".gitattributes"] = b"*.bin filter=xet\n"
     commit(git_repo, run_git_cmd, files, "copies")
     asked: list[str] = []
     real = pointers.batch_read
@@ -164,4 +183,4 @@ def test_copies_of_one_blob_are_read_once(
         assert {f.path: f.pointer for f in listed} == {
             p: Pointer.decode(d) for p, d in files.items() if p.endswith(".bin")
         }
-        assert sorted(asked) == sorted(set(asked)) and len(asked) == 3  # A, B, plain.txt
+        assert sorted(asked) == sorted(set(asked)) and len(asked) == 4  # A, B, plain.txt, attrs
