@@ -94,8 +94,8 @@ def _describe(exc: BaseException) -> tuple[str, int]:
         )
     if isinstance(exc, errors.NotARepositoryError):
         return (
-            f"not a git repository: {exc.path} (run this inside one; 'git xet init' sets "
-            "a repository up)",
+            f"not a git repository: {exc.path} (run this inside one: 'git init' makes one, "
+            "'git xet init' then sets it up)",
             EXIT_USAGE,
         )
     if isinstance(exc, errors.GitObjectNotFoundError):

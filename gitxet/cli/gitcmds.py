@@ -127,8 +127,12 @@ def _install_pre_push(repo: str, program: str) -> None:
 
 
 def uninstall_cmd(
-    local: Annotated[bool, typer.Option("--local")] = False,
-    system: Annotated[bool, typer.Option("--system")] = False,
+    local: Annotated[
+        bool, typer.Option("--local", help="From this repository's config (install --local).")
+    ] = False,
+    system: Annotated[
+        bool, typer.Option("--system", help="From the system config (install --system).")
+    ] = False,
 ) -> None:
     """Remove exactly what install wrote."""
     from gitxet.git import config, hooks

@@ -450,7 +450,7 @@ def nfs_serve_cmd(
         int, typer.Option(min=0, max=65535, help="TCP port for NFS and MOUNT (0: any free port).")
     ] = 0,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    subdir: Annotated[str | None, typer.Option("--subdir")] = None,
+    subdir: Annotated[str | None, typer.Option("--subdir", help="Serve only this subtree.")] = None,
     cache_dir: CacheDirOpt = None,
     cache_size: CacheSizeOpt = None,
     offline: OfflineOpt = False,
@@ -500,7 +500,11 @@ def unmount_cmd(
     typer.echo(f"git-xet: {done} {mnt}", err=True)
 
 
-def mounts_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def mounts_cmd(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per mount (JSON Lines).")
+    ] = False,
+) -> None:
     """List gitxet mounts: mountpoint, state, kind, commit, subdir, repo, pid, data source.
 
     STATE is ``ok``, ``dead`` (its daemon is gone: reads fail with "Transport endpoint is not
@@ -650,8 +654,10 @@ def _fix_for(state: str, mnt: str, repo: str, commit: str, subdir: str) -> str:
 
 
 def warmup_cmd(
-    repo: Annotated[str, typer.Argument()],
-    commit: Annotated[str, typer.Argument()],
+    repo: Annotated[
+        str, typer.Argument(help="Repository: working/bare repo, file:// or http(s) URL.")
+    ],
+    commit: Annotated[str, typer.Argument(help="Branch, tag or commit sha.")],
     paths: Annotated[
         list[str] | None, typer.Argument(help="Files or directories (default: all).")
     ] = None,

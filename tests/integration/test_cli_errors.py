@@ -157,6 +157,7 @@ CASES = [
     Case("status outside a repository", ("status",), "outside", USAGE, "not a git repository"),
     Case("ls-files outside a repository", ("ls-files",), "outside", USAGE, "not a git repository"),
     Case("fetch outside a repository", ("fetch",), "outside", USAGE, "not a git repository"),
+    Case("init outside a repository", ("init",), "outside", USAGE, "'git init' makes one"),
     Case("status before the first commit", ("status",), "unborn", OK),
     Case("ls-files before the first commit", ("ls-files",), "unborn", OK),
     Case(

@@ -53,3 +53,22 @@ def test_checkout_and_its_old_name_materialize_have_distinct_help() -> None:
     assert alias.help == "Same as 'git xet checkout'."
     assert checkout.help and checkout.help != alias.help
     assert "Materialize pointer files" in checkout.help
+
+
+def test_every_visible_option_and_argument_says_what_it_is() -> None:
+    """'--help' (and docs/cli.md, made from it) lists no option or argument with an empty
+    description (nfs-serve --subdir, uninstall --local/--system, mounts --json and warmup's
+    arguments had none)."""
+    import typer.main
+
+    def walk(cmd, path):  # type: ignore[no-untyped-def]
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+        if not getattr(cmd, "hidden", False):
+            for param in cmd.params:
+                if not getattr(param, "hidden", False):
+                    yield " ".join(path), param.name, (getattr(param, "help", None) or "").strip()
+
+    found = list(walk(typer.main.get_command(app), ["git-xet"]))
+    assert len(found) > 100
+    assert [(cmd, name) for cmd, name, text in found if not text] == []
