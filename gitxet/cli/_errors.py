@@ -135,7 +135,9 @@ def _describe(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, ImportError) and exc.name and _extra_of(exc.name):
         return describe(missing(_extra_of(exc.name) or "", exc))
     if isinstance(exc, FileNotFoundError):
-        return f"no such file: {exc.filename or exc.strerror or exc}", EXIT_NOT_FOUND
+        if exc.filename is None:  # its message names what is missing ('/x: no such file')
+            return f"not found: {exc.strerror or exc}", EXIT_NOT_FOUND
+        return f"no such file: {exc.filename}", EXIT_NOT_FOUND
     if isinstance(exc, IsADirectoryError):
         return f"is a directory: {exc.filename}", EXIT_ERROR
     if isinstance(exc, PermissionError):

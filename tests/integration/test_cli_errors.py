@@ -158,6 +158,13 @@ CASES = [
     Case("ls-files outside a repository", ("ls-files",), "outside", USAGE, "not a git repository"),
     Case("fetch outside a repository", ("fetch",), "outside", USAGE, "not a git repository"),
     Case("init outside a repository", ("init",), "outside", USAGE, "'git init' makes one"),
+    Case(
+        "warmup a path the commit lacks",
+        ("warmup", "{work}", "HEAD", "nosuch"),
+        "tmp",
+        NOT_FOUND,
+        "git-xet: not found: /nosuch: no such file",
+    ),
     Case("status before the first commit", ("status",), "unborn", OK),
     Case("ls-files before the first commit", ("ls-files",), "unborn", OK),
     Case(
