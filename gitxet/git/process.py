@@ -507,15 +507,21 @@ def index_matches(cwd: PathArg, pathspecs: Sequence[str]) -> bool:
 
 
 def index_files(cwd: PathArg, paths: Sequence[str] = ()) -> dict[str, tuple[int, str]]:
-    """Regular files the index names (merged entries only, limited to the pathspecs
-    ``paths``): path -> (git mode, blob id)."""
-    out = run_git(["ls-files", "-s", "-z", "--", *paths], cwd)
+    """Regular files the index names and git checks out (merged entries only, not those a
+    sparse checkout leaves out: skip-worktree), limited to the pathspecs ``paths``:
+    path -> (git mode, blob id)."""
+    out = run_git(["ls-files", "-s", "-t", "-z", "--", *paths], cwd)
     files: dict[str, tuple[int, str]] = {}
     for rec in out.split(b"\0"):
         meta, _, path = rec.partition(b"\t")
-        fields = meta.split(b" ")
-        if len(fields) == 3 and fields[0] in (b"100644", b"100755") and fields[2] == b"0":
-            files[os.fsdecode(path)] = (int(fields[0], 8), fields[1].decode("ascii"))
+        fields = meta.split(b" ")  # tag ('S': skip-worktree), mode, blob id, stage
+        if (
+            len(fields) == 4
+            and fields[0] != b"S"
+            and fields[1] in (b"100644", b"100755")
+            and fields[3] == b"0"
+        ):
+            files[os.fsdecode(path)] = (int(fields[1], 8), fields[2].decode("ascii"))
     return files
 
 

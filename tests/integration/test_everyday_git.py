@@ -166,3 +166,33 @@ def test_pull_with_include_writes_the_matching_files_of_a_lazy_clone(
     assert (lazy / "e" / "wanted.bin").read_bytes() == data(5)
     assert (lazy / "data" / "a.bin").read_bytes().startswith(b"version https://gitxet.dev/")
     assert_clean(lazy)
+
+
+def test_checkout_in_a_sparse_checkout_writes_only_the_checked_out_files(
+    work: Path, tmp_path: Path
+) -> None:
+    """'git xet checkout' and 'pull' in a sparse checkout of a lazy clone write the pointer
+    files git checked out, not those the sparse patterns leave out (they were written, and
+    their index entries lost the skip-worktree bit: the sparse checkout was undone)."""
+    (work / "other").mkdir()
+    (work / "other" / "b.bin").write_bytes(data(7))
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", "two", cwd=work)
+    remote = tmp_path / "remote.git"
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    git("push", "-q", str(remote), "main", cwd=work)
+    lazy = tmp_path / "lazy"
+    run("git-xet", "clone", "--lazy", str(remote), str(lazy), cwd=tmp_path)
+    git("sparse-checkout", "set", "data", cwd=lazy)
+    assert not (lazy / "other").exists()
+
+    for command in (["checkout"], ["checkout", "."], ["pull"]):
+        run("git-xet", *command, cwd=lazy)
+        assert (lazy / "data" / "a.bin").read_bytes() == data(1)
+        assert not (lazy / "other").exists(), command
+        assert git("ls-files", "-t", "other/b.bin", cwd=lazy) == "S other/b.bin\n"
+        assert_clean(lazy)
+    git("sparse-checkout", "disable", cwd=lazy)  # git writes its pointer (a lazy clone)
+    run("git-xet", "checkout", cwd=lazy)
+    assert (lazy / "other" / "b.bin").read_bytes() == data(7)
+    assert_clean(lazy)
