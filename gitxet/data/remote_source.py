@@ -947,7 +947,7 @@ class HttpCASRemote:
     def has_file(self, file_hash: bytes) -> bool:
         return self.client.has_file(file_hash)
 
-    def download_xorb(self, xorb_hash: bytes) -> bytes:
+    def download_xorb(self, xorb_hash: bytes) -> memoryview:
         return self.client.download_xorb(xorb_hash)
 
     def chunk_source(self) -> RemoteChunkSource:

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from gitxet.errors import FileNotFoundInCASError, GitxetError
 from gitxet.formats import shard as shardfmt
+from gitxet.formats.xorb import BytesLike
 from gitxet.hashing import to_hex
 from gitxet.store.cas import LocalCAS
 from gitxet.util.atomic import fsync_dir
@@ -45,7 +46,7 @@ class CASRemote(Protocol):
         """Serialized shards that describe ``file_hash`` (empty if unknown)."""
         ...
 
-    def download_xorb(self, xorb_hash: bytes) -> bytes: ...
+    def download_xorb(self, xorb_hash: bytes) -> BytesLike: ...
 
 
 class LocalDirRemote:

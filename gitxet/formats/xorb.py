@@ -555,11 +555,13 @@ class ParsedXorb:
     footer: XorbFooter | None
 
 
-def parse_xorb(data: BytesLike, *, what: str = "xorb") -> ParsedXorb:
+def parse_xorb(data: BytesLike, *, what: str = "xorb", keep_chunks: bool = True) -> ParsedXorb:
     """Decode a whole xorb, with or without footer, and recompute every hash.
 
     When a footer is present it must agree with the body exactly (hashes and offsets).
-    ``what`` names the object in error messages.
+    ``what`` names the object in error messages. Without ``keep_chunks`` each chunk is
+    dropped once hashed (``chunks`` is empty): a check holds one chunk at a time, not a
+    second copy of up to 64 MiB.
 
     Raises:
         XorbFormatError: malformed, truncated, empty, oversized, or an inconsistent footer.
@@ -569,32 +571,37 @@ def parse_xorb(data: BytesLike, *, what: str = "xorb") -> ParsedXorb:
     body = mv[:end]
     _check_size(len(body), what)
     chunks: list[bytes] = []
+    hashes: list[bytes] = []
+    sizes: list[int] = []
     offsets = [0]
     schemes: list[Scheme] = []
     for start, scheme, clen, ulen in _records(body, what):
-        cw = _chunk_what(what, len(chunks), start - CHUNK_HEADER_SIZE)
-        chunks.append(_decompress(scheme, body[start : start + clen], ulen, cw))
+        cw = _chunk_what(what, len(hashes), start - CHUNK_HEADER_SIZE)
+        chunk = _decompress(scheme, body[start : start + clen], ulen, cw)
+        hashes.append(chunk_hash(chunk))
+        sizes.append(len(chunk))
+        if keep_chunks:
+            chunks.append(chunk)
         offsets.append(start + clen)
         schemes.append(Scheme(scheme))
-    if not chunks:
+    if not hashes:
         raise XorbFormatError(what, "no chunks")
-    hashes = [chunk_hash(c) for c in chunks]
-    sizes = [len(c) for c in chunks]
     xhash = merkle_root(list(zip(hashes, sizes, strict=True)))
     if footer is not None:
         _check_footer_matches(footer, xhash, hashes, sizes, offsets, what)
     return ParsedXorb(chunks, hashes, sizes, offsets, schemes, xhash, footer)
 
 
-def verify_xorb(body: BytesLike, expected_hash: bytes) -> ParsedXorb:
-    """Parse ``body`` and check that its chunks hash to ``expected_hash``.
+def verify_xorb(body: BytesLike, expected_hash: bytes, *, keep_chunks: bool = True) -> ParsedXorb:
+    """Parse ``body`` and check that its chunks hash to ``expected_hash`` (``keep_chunks``:
+    as :func:`parse_xorb`).
 
     Raises:
         XorbFormatError: the bytes are not a valid xorb.
         IntegrityError: a valid xorb, but a different one.
     """
     name = to_hex(expected_hash)
-    parsed = parse_xorb(body, what=f"xorb {name}")
+    parsed = parse_xorb(body, what=f"xorb {name}", keep_chunks=keep_chunks)
     if parsed.hash != expected_hash:
         raise IntegrityError("xorb", name, f"chunks hash to {to_hex(parsed.hash)}")
     return parsed

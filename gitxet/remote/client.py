@@ -44,7 +44,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
@@ -120,6 +120,23 @@ MAX_REDIRECTS = 5
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 #: Headers that describe the wire body, not the decoded one kept.
 _WIRE_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+#: A request body larger than this is handed to httpx in views of this size: httpcore
+#: sends a ``bytes`` body with ``buffer = buffer[sent:]`` after each partial send, a copy
+#: of the rest each time (an upload of a 64 MiB xorb held it a second time, per worker).
+SEND_PIECE = 1 << 20
+
+
+class _Pieces:
+    """A request body sent as views of ``data``, :data:`SEND_PIECE` bytes each; iterable
+    again for each attempt of a retried request."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def __iter__(self) -> Iterator[bytes]:
+        view = memoryview(self._data)
+        for start in range(0, len(view), SEND_PIECE):
+            yield view[start : start + SEND_PIECE]  # type: ignore[misc]  # h11 takes any buffer
 
 
 def too_slow(started: float, got: int, timeout: float) -> bool:
@@ -551,13 +568,17 @@ class CASClient:
         hdrs = self._headers(auth)
         if headers:
             hdrs.update(headers)
+        body: bytes | _Pieces | None = content
+        if content is not None and len(content) > SEND_PIECE:
+            hdrs["Content-Length"] = str(len(content))  # (not sent chunked)
+            body = _Pieces(content)
         if self._own_http and self._pid != os.getpid():
             # a forked child (a mount daemon) must not share the parent's pooled sockets
             self._pid = os.getpid()
             self.http = httpx.Client(timeout=self.http.timeout, limits=self._limits, verify=_tls())
         try:
             request = self.http.build_request(
-                method, url, headers=hdrs, content=content, json=json_body
+                method, url, headers=hdrs, content=body, json=json_body
             )
             resp = _read_bounded(self.http, request, what=what, limit=limit, timeout=self._timeout)
         except httpx.TransportError as e:
@@ -892,21 +913,22 @@ class CASClient:
             raise RemoteError(f"shard of {fx}: {e}") from None
         return [r.content]
 
-    def download_xorb(self, xorb_hash: bytes) -> bytes:
-        """The whole serialized xorb (no footer), verified against ``xorb_hash``.
+    def download_xorb(self, xorb_hash: bytes) -> memoryview:
+        """The whole serialized xorb (no footer), verified against ``xorb_hash``: a view of
+        the buffer it was received into (not copied: a fetch holds each xorb once).
 
         What ``git fetch`` needs to fill a local store; the result can be handed to
         ``LocalCAS.put_xorb`` as is.
         """
         loc = self.xorb_location(xorb_hash)
-        body = self.fetch_xorb_range(loc.url, 0, loc.byte_offsets[-1] - 1)
+        body = memoryview(self.fetch_xorb_range(loc.url, 0, loc.byte_offsets[-1] - 1))
         try:
-            verify_xorb(memoryview(body), xorb_hash)
+            verify_xorb(body, xorb_hash, keep_chunks=False)
         except FormatError as e:
             raise IntegrityError(
                 "xorb", loc.xorb_hex, f"downloaded bytes are not a xorb ({e})"
             ) from None
-        return bytes(body)
+        return body
 
     # ---- uploads -----------------------------------------------------------------------
 

@@ -61,7 +61,7 @@ class CasService:
         hx = to_hex(xorb_hash)
         try:
             body, _ = xorbfmt.split_footer(data)
-            parsed = xorbfmt.verify_xorb(body, xorb_hash)
+            parsed = xorbfmt.verify_xorb(body, xorb_hash, keep_chunks=False)
         except FormatError as e:
             raise RequestRejectedError(f"xorb {hx}", str(e)) from None
         except IntegrityError as e:

@@ -493,7 +493,9 @@ class LocalCAS:
             write_all(f.fileno(), [*sx.parts, footer])
         return True
 
-    def put_xorb(self, xorb_hash: bytes, data: bytes, *, durable: bool | None = None) -> bool:
+    def put_xorb(
+        self, xorb_hash: bytes, data: xorbfmt.BytesLike, *, durable: bool | None = None
+    ) -> bool:
         """Verify and store a xorb received from elsewhere (footer optional); False if present.
 
         Raises:
@@ -503,7 +505,7 @@ class LocalCAS:
         if self.has_xorb(xorb_hash):
             return False
         body, _ = xorbfmt.split_footer(data)
-        parsed = xorbfmt.verify_xorb(body, xorb_hash)
+        parsed = xorbfmt.verify_xorb(body, xorb_hash, keep_chunks=False)
         ends: list[int] = []
         total = 0
         for size in parsed.chunk_sizes:

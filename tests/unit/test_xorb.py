@@ -508,6 +508,9 @@ def test_too_many_chunks_in_a_body_is_rejected() -> None:
 def test_verify_xorb() -> None:
     sx = serialize_xorb(SMALL_CHUNKS)
     assert verify_xorb(sx.body, sx.hash).chunks == SMALL_CHUNKS
+    lean = verify_xorb(sx.body, sx.hash, keep_chunks=False)  # (each chunk dropped once hashed)
+    assert lean.chunks == [] and lean.chunk_hashes == sx.chunk_hashes
+    assert lean.chunk_sizes == [len(c) for c in SMALL_CHUNKS]
     with pytest.raises(IntegrityError) as e:
         verify_xorb(sx.body, bytes(32))
     assert e.value.kind == "xorb" and e.value.name == "0" * 64
