@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import random
+import subprocess
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -466,6 +468,88 @@ def test_a_describe_of_more_files_than_the_bound_holds_them_for_their_readers(
             assert list(pool.map(lambda fh: _read(src, fh), hashes)) == files
         assert sent == ["POST"] * 3
         src.close()
+        cache.close()
+
+
+class _WatchedLock:
+    """A lock that sets ``waiting`` when a thread finds it held and waits for it."""
+
+    def __init__(self, waiting: threading.Event) -> None:
+        self._lock = threading.Lock()
+        self._waiting = waiting
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> _WatchedLock:
+        if self._lock.locked():
+            self._waiting.set()
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_a_smudge_during_the_checkouts_listing_waits_for_it_and_is_described_in_a_batch(
+    tmp_path: Path,
+) -> None:
+    """A plain `git clone` from a server: git hands the filter a second file while the
+    first one's smudge is listing the checkout's pointers (a few seconds at 100,000 files).
+    The second waits for the listing, then is described in the batch, never alone with a
+    GET (56-90 files of 100,000 were, before). Here the listing holds until the second
+    smudge has either waited for it or asked for its file alone: no sleep decides."""
+    from gitxet.dataset import Remotes
+    from gitxet.formats.pointer import Pointer
+    from gitxet.repo.content import Content
+    from gitxet.store.cas import LocalCAS
+
+    sx, files, hashes, shard = _packed(47, 30)
+    with _own_server(tmp_path / "srv", sx, shard) as client:
+        repo = tmp_path / "clone"
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        subprocess.run(
+            ["git", "-C", str(repo), "remote", "add", "origin", f"{client.endpoint}/data.git"],
+            check=True,
+        )
+        cache = NodeCache(str(tmp_path / "ranges"), 1 << 30)
+        remote = HttpCASRemote(client, cache, str(tmp_path / "shards"))
+        content = Content(LocalCAS(str(tmp_path / "store")), Remotes(str(repo), lambda _: remote))
+        pointers = [
+            Pointer(sha256=hashlib.sha256(d).hexdigest(), size=len(d), xet_hash=to_hex(h))
+            for d, h in zip(files, hashes, strict=True)
+        ]
+        listing, release, decided = threading.Event(), threading.Event(), threading.Event()
+        content._listing = _WatchedLock(decided)  # type: ignore[assignment]
+        sent = _counting(client)
+        request = client._request
+
+        def asking(method: str, url: str, **kw: Any) -> Any:
+            if method == "GET" and "/v1/file-shards/" in url:
+                decided.set()  # described alone: the listing is not waited for
+            return request(method, url, **kw)
+
+        client._request = asking  # type: ignore[method-assign]
+
+        def list_pointers() -> list[Pointer]:
+            listing.set()
+            assert release.wait(30)
+            return pointers
+
+        content.expect_checkout("c0ffee", list_pointers)
+        out = [io.BytesIO(), io.BytesIO()]
+        first = threading.Thread(target=content.write, args=(pointers[0], out[0]))
+        second = threading.Thread(target=content.write, args=(pointers[1], out[1]))
+        first.start()
+        assert listing.wait(30)  # the first smudge is listing the checkout
+        second.start()
+        assert decided.wait(30)  # the second waits for the listing (or asked alone)
+        release.set()
+        first.join(30)
+        second.join(30)
+        assert [o.getvalue() for o in out] == files[:2]
+        assert sent == ["POST"]  # one batch for the checkout's 30 files, no GET
+        remote.close()
         cache.close()
 
 
