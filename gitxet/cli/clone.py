@@ -297,15 +297,25 @@ def finish(target: str, settings: Any, prepared: _Prepared | None, *, resuming: 
     except (OSError, MaterializeError) as exc:  # a full disk: the rest comes on a re-run
         from gitxet.cli._errors import describe
 
-        if isinstance(exc, MaterializeError) and not all(
-            isinstance(why, OSError) for _, why in exc.failures
-        ):
+        if isinstance(exc, MaterializeError) and not all(may_pass(why) for _, why in exc.failures):
             raise  # data that cannot be had: said as such (and its exit status)
 
         raise GitxetError(
             f"{describe(exc)[0]}; the clone in {shown(target)} is not finished: run the same "
             "'git xet clone' again (or 'git xet checkout' in it) to finish it"
         ) from exc
+
+
+def may_pass(failure: BaseException) -> bool:
+    """Whether a file's failure may not happen again: a full disk, a server that did not
+    answer or refused the token (its data was not found for that reason). The clone then
+    stays unfinished, for the same command to finish; data that is nowhere or corrupt
+    does not."""
+    from gitxet.errors import DataUnavailableError, RemoteError
+
+    if isinstance(failure, DataUnavailableError):
+        return any(isinstance(c, (OSError, RemoteError)) for c in failure.causes)
+    return isinstance(failure, (OSError, RemoteError))
 
 
 def _check_out(target: str, settings: Any, prepared: _Prepared | None) -> int:
@@ -356,7 +366,7 @@ def _check_out(target: str, settings: Any, prepared: _Prepared | None) -> int:
         except MaterializeError as exc:  # those files stay pointers, as git would write them
             kept = [p for p, why in exc.failures if not isinstance(why, LocalChangesError)]
             repo.checkout_pointer_text(kept)
-            if not any(isinstance(why, OSError) for _, why in exc.failures):
+            if not any(may_pass(why) for _, why in exc.failures):
                 process.config_unset(target, UNFINISHED)  # as done as a checkout would be
             raise
     finally:

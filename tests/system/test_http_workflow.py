@@ -313,3 +313,42 @@ def test_an_edit_of_a_served_file_is_pushed_by_git_xet_push(
         env={**tok, "GITXET_CACHE_DIR": str(tmp_path / "c2")},
     )
     assert (again / "big.bin").read_bytes() == edited
+
+
+def test_a_clone_its_server_stopped_answering_is_finished_by_running_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'git xet clone' whose server went away after git's clone (before the data came) is
+    left unfinished: the same command, once the server is back, finishes it. It was marked
+    done (the files left as pointers), so running it again met git's 'already exists'."""
+    root = tmp_path / "srv"
+    write, _ = TokenStore(str(root)).create("write")
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    monkeypatch.setenv("GITXET_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GITXET_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("GITXET_TOKEN", write)
+    work = xet_work_tree(tmp_path)
+    big = random.Random(9).randbytes(2 << 20)
+    (work / "big.bin").write_bytes(big)
+    run("git-xet", "add", ".", cwd=work)
+    run("git", "commit", "-qm", "v1", cwd=work)
+    clone = tmp_path / "clone"
+    with BackgroundServer(ServerConfig(root=str(root), port=0)) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+        url = f"http://user:{write}@127.0.0.1:{port}/data.git"
+        run("git", "push", "-q", url, "main", cwd=work)
+        # what a 'git xet clone' leaves when the server goes away once git has cloned
+        run("git", "clone", "-q", "--no-checkout", "-c", "xet.cloneUnfinished=true", url,
+            str(clone), cwd=tmp_path)  # fmt: skip
+        run("git-xet", "install", "--local", cwd=clone)
+
+    r = run("git-xet", "clone", url, str(clone), cwd=tmp_path, check=False)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert "cannot reach" in r.stderr and "run the same 'git xet clone' again" in r.stderr
+    assert run("git", "config", "xet.cloneUnfinished", cwd=clone).stdout == "true\n"
+    with BackgroundServer(ServerConfig(root=str(root), port=port)):
+        r = run("git-xet", "clone", url, str(clone), cwd=tmp_path)
+    assert "finishing the interrupted clone" in r.stderr
+    assert (clone / "big.bin").read_bytes() == big
+    assert run("git", "status", "--porcelain", cwd=clone).stdout == ""
+    assert run("git", "config", "xet.cloneUnfinished", cwd=clone, check=False).stdout == ""
