@@ -22,8 +22,9 @@ import os
 import re
 import threading
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from gitxet.errors import ConfigError
 
@@ -144,12 +145,23 @@ def check_cas_url(url: str) -> str:
     return url.strip().rstrip("/")
 
 
-def _size(text: str | None, default: int) -> int:
-    return default if not text else parse_size(text)
+_T = TypeVar("_T")
 
 
-def _duration(text: str | None, default: float) -> float:
-    return default if not text else parse_duration(text)
+def _parsed(
+    explicit: str | None, env: Mapping[str, str], name: str, parse: Callable[[str], _T]
+) -> _T | None:
+    """``explicit`` (an option's value) parsed, else the variable ``name`` of ``env``, else
+    None; a malformed variable is named in the error (its value may be a surprise)."""
+    if explicit:
+        return parse(explicit)
+    text = env.get(name)
+    if not text:
+        return None
+    try:
+        return parse(text)
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 def is_size(text: str) -> bool:
@@ -495,21 +507,23 @@ class Settings:
             ConfigError: a malformed size, duration or cache tier URL.
         """
         e = os.environ if env is None else env
-        tier = cas_url or e.get(CAS_URL_ENV) or None
+        cache_bytes = _parsed(cache_size, e, CACHE_SIZE_ENV, parse_size)
+        prefetch_bytes = _parsed(prefetch, e, PREFETCH_ENV, parse_size)
+        tier_timeout = _parsed(None, e, TIER_TIMEOUT_ENV, parse_duration)
         tf = token_file or e.get(TOKEN_FILE_ENV) or None
         hosts = e.get(TOKEN_HOSTS_ENV)
         return cls(
             cache_dir=cache_root(cache_dir, e),
-            cache_bytes=_size(cache_size or e.get(CACHE_SIZE_ENV), DEFAULT_CACHE_BYTES),
-            prefetch_bytes=_size(prefetch or e.get(PREFETCH_ENV), DEFAULT_PREFETCH_BYTES),
+            cache_bytes=DEFAULT_CACHE_BYTES if cache_bytes is None else cache_bytes,
+            prefetch_bytes=DEFAULT_PREFETCH_BYTES if prefetch_bytes is None else prefetch_bytes,
             state_dir=state_root(state_dir, e),
             token=token or None,
             env_token=e.get(TOKEN_ENV) or None,
             env_token_hosts=parse_token_hosts(hosts) if hosts is not None else None,
             use_keyring=use_keyring,
-            cas_url=check_cas_url(tier) if tier else None,
+            cas_url=_parsed(cas_url, e, CAS_URL_ENV, check_cas_url),
             token_file=TokenFile(tf) if tf else None,
-            tier_timeout=_duration(e.get(TIER_TIMEOUT_ENV), DEFAULT_TIER_TIMEOUT),
+            tier_timeout=DEFAULT_TIER_TIMEOUT if tier_timeout is None else tier_timeout,
         )
 
     def with_token(self, token: str | None) -> Settings:

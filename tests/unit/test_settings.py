@@ -135,6 +135,27 @@ def test_settings_defaults_and_overrides(tmp_path: Path) -> None:
     assert "tok" not in repr(Settings.load(token="tok", env={"GITXET_TOKEN": "tok"}))
 
 
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"GITXET_CACHE_SIZE": "1.5G"}, "GITXET_CACHE_SIZE: not a size: '1.5G'"),
+        ({"GITXET_PREFETCH": "-5"}, "GITXET_PREFETCH: not a size: '-5'"),
+        ({"GITXET_TIER_TIMEOUT": "soon"}, "GITXET_TIER_TIMEOUT: not a duration: 'soon'"),
+        ({"GITXET_CAS_URL": "tier:8080"}, "GITXET_CAS_URL: not a cache tier URL: 'tier:8080'"),
+    ],
+)
+def test_a_malformed_variable_is_named(env: dict[str, str], says: str) -> None:
+    """The error names the variable that holds the bad value (the user may not know one
+    is set: 'not a size: '-5'' alone did not say where the -5 came from)."""
+    with pytest.raises(ConfigError) as exc:
+        Settings.load(env=env)
+    assert str(exc.value).startswith(says), exc.value
+    # an explicit value (a command's option) is said as it was
+    with pytest.raises(ConfigError) as exc:
+        Settings.load(cache_size="1.5G", env={})
+    assert str(exc.value).startswith("not a size: '1.5G'")
+
+
 def test_cache_tier_url() -> None:
     assert Settings.load(env={}).cas_url is None
     s = Settings.load(env={"GITXET_CAS_URL": "http://tier:8080/"})
