@@ -79,7 +79,8 @@ def track_cmd(
 ) -> None:
     """Make files matching PATTERN pointers whatever their size; alone, list the rules.
 
-    Each pattern becomes a line of .gitattributes ending in xet=always; --threshold goes to
+    Each pattern becomes a line of .gitattributes ending in xet=always (git's patterns:
+    'data/**' for every file under data/, as 'data/' matches nothing); --threshold goes to
     .xetconfig. The changed files are staged: commit them, and every clone stores files
     as this repository does. Files git reads itself (.gitattributes, .gitignore,
     .gitmodules, .mailmap, .lfsconfig, .xetconfig) are never pointers.

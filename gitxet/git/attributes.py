@@ -249,10 +249,17 @@ def track(
     pattern tracked without it gets it added to its line. ``dry_run`` changes nothing.
 
     Raises:
-        ConfigError: an empty or negative pattern.
+        ConfigError: an empty or negative pattern, or one ending in ``/`` (git's attributes
+            match files only: such a line would match nothing).
     """
     path = _attributes_path(root)
     wanted = [(p, _encode_pattern(p)) for p in patterns]
+    for text, _ in wanted:
+        if text.endswith("/"):
+            raise ConfigError(
+                f"{text!r} would match nothing (.gitattributes patterns match files, not "
+                f"directories): track {text + '**'!r} for every file under it"
+            )
     lines = _read_lines(path)
     states = _states(lines)
     eol = b"\r\n" if lines and lines[0].endswith(b"\r\n") else b"\n"

@@ -109,11 +109,24 @@ def test_special_patterns_are_quoted_so_git_agrees(git_repo: Path, name: str, pa
     assert (git_repo / ".gitattributes").read_bytes() == b""
 
 
-@pytest.mark.parametrize("bad", ["", "!*.bin", "a\0b"])
+@pytest.mark.parametrize("bad", ["", "!*.bin", "a\0b", "data/"])
 def test_invalid_patterns_are_refused(git_repo: Path, bad: str) -> None:
     with pytest.raises(ConfigError):
         track(git_repo, [bad])
     assert not (git_repo / ".gitattributes").exists()
+
+
+def test_a_directory_pattern_is_refused_with_the_one_that_works(git_repo: Path) -> None:
+    """'data/' in .gitattributes matches nothing (git matches attributes against files):
+    tracking it said it was done and changed nothing; 'data/**' is what the user meant."""
+    (git_repo / "data").mkdir()
+    with pytest.raises(ConfigError, match=r"track 'data/\*\*' for every file"):
+        track(git_repo, ["data/"])
+    assert track(git_repo, ["data/**"]) == ["data/**"]
+    assert check_attr(git_repo, "data/x/y.bin") == "xet"
+    # a line someone wrote by hand is still untracked by its pattern
+    (git_repo / ".gitattributes").write_bytes(b"old/ filter=xet diff=xet merge=xet -text\n")
+    assert untrack(git_repo, ["old/"]) == ["old/"]
 
 
 def test_auto_track_line_is_valid_and_git_understands_it(git_repo: Path) -> None:
