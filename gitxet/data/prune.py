@@ -98,6 +98,6 @@ def plan_prune(cas: LocalCAS, keep: Collection[bytes], grace: float = 3600.0) ->
 
 
 def apply_prune(cas: LocalCAS, plan: PrunePlan) -> None:
-    """Remove the plan's shards, re-index the store, then remove its xorbs (in that order,
-    so no shard the index names ever points at a missing xorb)."""
+    """Re-index the store without the plan's shards, remove them, then its xorbs (in that
+    order: the index never names a missing shard, nor a kept shard a missing xorb)."""
     cas.remove_objects(plan.shards, plan.xorbs)

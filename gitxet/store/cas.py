@@ -942,21 +942,25 @@ class LocalCAS:
         return file_lock(self._lock_path(name), shared=shared)
 
     def remove_objects(self, shards: Iterable[str], xorbs: Iterable[bytes]) -> None:
-        """Delete shards, re-index the remaining ones (one transaction: readers see the old
-        index or the new one), then delete xorbs. The caller makes sure no kept shard
-        names a removed xorb (``gitxet.data.prune``)."""
+        """Re-index the shards that stay (one transaction: readers see the old index or the
+        new one), then delete the removed shards, then xorbs: a process killed at any point
+        leaves no index entry naming a deleted shard, nor a kept shard naming a deleted
+        xorb. The caller makes sure no kept shard names a removed xorb
+        (``gitxet.data.prune``)."""
+        gone = set(shards)
         with self.lock("prune"):
-            for name in shards:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.shard_path(name))
             db = self._db()
             with db:
                 db.execute("BEGIN IMMEDIATE")
                 for table in ("files", "chunks", "shards"):
                     db.execute(f"DELETE FROM {table}")
                 for name in list(self.shard_names()):
-                    with contextlib.suppress(FormatError, OSError):
-                        self._insert_shard(db, name, self._load_shard(name))
+                    if name not in gone:
+                        with contextlib.suppress(FormatError, OSError):
+                            self._insert_shard(db, name, self._load_shard(name))
+            for name in gone:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.shard_path(name))
             for h in xorbs:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.xorb_path(h))

@@ -551,3 +551,46 @@ def test_an_event_loops_sequential_reads_use_bytes_the_c_thread_read_ahead(
     assert pos == len(data)
     assert hits > 0  # (every later read inside a block read ahead of it)
     cas._pre.close()
+
+
+class _Died(BaseException):
+    """The process dies here (kill -9): nothing after this runs, no cleanup either."""
+
+
+def test_a_prune_killed_while_removing_shards_leaves_a_usable_store(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prune killed after deleting a shard file and before re-indexing left an index
+    naming a shard that was gone: every command reading the store (fsck, checkout, git's
+    smudge) failed with 'no such file: .../shards/X.shard' for good. The index is now
+    re-made without the removed shards first, and their files deleted after."""
+    root = str(tmp_path)
+    cas = LocalCAS(root, durable=False)
+    old, kept = random.Random(20).randbytes(300_000), random.Random(21).randbytes(300_000)
+    hashes = []
+    for d in (old, kept):
+        with Ingestor(cas) as ing:
+            hashes.append(ing.add_stream(io.BytesIO(d)).file_hash)
+            ing.flush()
+    shard_of = {}
+    for name in cas.shard_names():
+        for f in shardfmt.parse_shard(cas.shard_bytes(name)).files:
+            shard_of[f.file_hash] = name
+    gone = shard_of[hashes[0]]
+    real_unlink = os.unlink
+
+    def dying_unlink(path: str, *args: object, **kwargs: object) -> None:
+        if str(path).endswith(".shard"):
+            real_unlink(path)
+            raise _Died  # killed right after the first shard file went
+        real_unlink(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "unlink", dying_unlink)
+    with pytest.raises(_Died):
+        cas.remove_objects([gone], [])
+    monkeypatch.setattr(os, "unlink", real_unlink)
+
+    again = LocalCAS(root, durable=False)  # the next command
+    assert FileReader(again, hashes[1]).read(0, 1 << 20) == kept
+    assert not again.has_file_data(hashes[0])  # gone, said as absent (fetched elsewhere)
+    assert again.file_info(hashes[0]) is None
