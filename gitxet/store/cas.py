@@ -843,10 +843,24 @@ class LocalCAS:
         if row is None:
             return None
         name, pos = str(row[0]), int(row[1])
-        with self._shard_fd(name) as sf:
-            size = self._file_block_size(sf, name, pos)
-            block = nowait.pread(sf.fd, size, pos)
+        try:
+            with self._shard_fd(name) as sf:
+                size = self._file_block_size(sf, name, pos)
+                block = nowait.pread(sf.fd, size, pos)
+        except FileNotFoundError:
+            self._forget_shard(name)
+            return None
         return self._file_block(file_hash, name, pos, block)
+
+    def _forget_shard(self, name: str) -> None:
+        """Drop from the index a shard whose file is gone (deleted by hand, or by a prune an
+        older gitxet was killed in): its files are then absent, to be fetched from a
+        remote, instead of failing every read of the store."""
+        db = self._db()
+        with db:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("DELETE FROM files WHERE shard = ?", (name,))
+            db.execute("DELETE FROM shards WHERE name = ?", (name,))
 
     def describe(self, file_hashes: Sequence[bytes], *, keep: bool = True) -> set[bytes]:
         """The files of ``file_hashes`` some stored shard describes, their reconstructions

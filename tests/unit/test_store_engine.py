@@ -594,3 +594,30 @@ def test_a_prune_killed_while_removing_shards_leaves_a_usable_store(
     assert FileReader(again, hashes[1]).read(0, 1 << 20) == kept
     assert not again.has_file_data(hashes[0])  # gone, said as absent (fetched elsewhere)
     assert again.file_info(hashes[0]) is None
+
+
+def test_a_shard_the_index_names_but_that_is_gone_is_forgotten(tmp_path: str) -> None:
+    """A shard file deleted behind the index's back (by hand, or by a prune an older gitxet
+    was killed in) made every read of the store fail 'no such file' until the index was
+    removed by hand: its files are now absent (fetched from a remote), the rest reads."""
+    root = str(tmp_path)
+    cas = LocalCAS(root, durable=False)
+    datas = [random.Random(30 + i).randbytes(300_000) for i in range(2)]
+    hashes = []
+    for d in datas:
+        with Ingestor(cas) as ing:
+            hashes.append(ing.add_stream(io.BytesIO(d)).file_hash)
+            ing.flush()
+    for name in cas.shard_names():
+        files = shardfmt.parse_shard(cas.shard_bytes(name)).files
+        if any(f.file_hash == hashes[0] for f in files):
+            os.unlink(cas.shard_path(name))
+    again = LocalCAS(root, durable=False)
+    assert again.describe(hashes) == {hashes[1]}
+    assert again.file_info(hashes[0]) is None and not again.has_file_data(hashes[0])
+    assert again.lacking_data(hashes) == [hashes[0]]
+    assert FileReader(again, hashes[1]).read(0, 1 << 20) == datas[1]
+    with pytest.raises(FileNotFoundInCASError):
+        FileReader(again, hashes[0])
+    # and it stays forgotten: the index no longer names it
+    assert LocalCAS(root, durable=False).file_info(hashes[0]) is None
