@@ -19,9 +19,11 @@ How it stays fast and bounded with many processes at once:
   transaction, so the bytes the index counts (ranges written plus ranges being written)
   never exceed the cap, however many processes write.
 * **Eviction cost does not grow with the cache**: victims come from an index on last use.
-* **A killed writer leaves nothing that sticks**: a range reserved but still unwritten
-  after :data:`STALE_RESERVATION` is a dead writer's (``kill -9`` of a mount daemon): the
-  next writer of that range takes it over, and opening the cache stops counting the rest.
+* **A killed writer leaves nothing that sticks**: a writer holds a lock on its range's temp
+  file (``tmp/r<row>``) from moments after reserving it until it publishes it; a range
+  reserved whose temp file nobody holds, or still unwritten after
+  :data:`STALE_RESERVATION`, is a dead writer's (``kill -9`` of a mount daemon): the next
+  writer of that range takes it over at once, and opening the cache stops counting the rest.
 * **Last use is approximate**: hits are remembered in memory and written in one
   transaction every few seconds, so a read never writes to the index.
 * **Integrity**: a range is written only from chunks verified against their hashes. A
@@ -50,6 +52,7 @@ from gitxet.errors import StoreError
 from gitxet.hashing import chunk_hash, to_hex
 from gitxet.settings import DEFAULT_CACHE_BYTES
 from gitxet.util import sqlite
+from gitxet.util.atomic import hold_temp, temp_writer_alive
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
 from gitxet.util.memory import filled_bytes
 from gitxet.util.streams import write_all
@@ -87,6 +90,13 @@ STALE_TMP = 3600.0
 #: its bytes stop counting and the range may be written again (a live writer that slow
 #: only loses its write: publishing finds its row gone)
 STALE_RESERVATION = 120.0
+
+
+def _drop_tmp(fd: int, name: str) -> None:
+    """Close and remove a temp file that will not be published."""
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
 
 
 class ChunkLayout(Protocol):
@@ -609,14 +619,29 @@ class NodeCache:
         if n == 0 or n > self.max_bytes:
             return False
         self._reopen_if_gone()
+        try:
+            opened = self._open_tmp(xorb, cs, ce)
+        except OSError:
+            return False
+        if opened is None:
+            return False  # a live writer is writing this very range
+        fd, tmp = opened
         rowid = self._reserve(xorb, cs, ce, dlo, n)
         if rowid is None:
+            _drop_tmp(fd, tmp)
             return False
         try:
-            fd, tmp = self._write_tmp(views)
+            # in calls of <= 256 KiB (streams.WRITE_BATCH): a range written in one 8 MiB
+            # writev took large page-cache folios, whose pages cost ~2 s of system time
+            # per GiB on a VM that hands free memory back to its host
+            write_all(fd, views)
         except OSError:
+            _drop_tmp(fd, tmp)
             self._release(rowid)
             return False
+        except BaseException:
+            _drop_tmp(fd, tmp)
+            raise
         final = self._path(xorb, cs, ce)
         if not self._finish(rowid, xorb, cs, ce, tmp, final):
             os.close(fd)
@@ -640,20 +665,36 @@ class NodeCache:
                 self._known.put(xorb, known)
         return True
 
-    def _write_tmp(self, views: list[memoryview]) -> tuple[int, str]:
-        name = os.path.join(self._tmp, f"{os.getpid()}-{threading.get_ident()}-{time.time_ns()}")
-        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            # in calls of <= 256 KiB (streams.WRITE_BATCH): a range written in one 8 MiB
-            # writev took large page-cache folios, whose pages cost ~2 s of system time
-            # per GiB on a VM that hands free memory back to its host
-            write_all(fd, views)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(name)
-            raise
-        return fd, name
+    def _tmp_of(self, xorb: bytes, cs: int, ce: int) -> str:
+        """The temp file a writer of chunks ``[cs, ce)`` of ``xorb`` writes, holding its lock
+        from before it reserves the range until it publishes it."""
+        return os.path.join(self._tmp, f"{to_hex(xorb)}.{cs}-{ce}")
+
+    def _open_tmp(self, xorb: bytes, cs: int, ce: int) -> tuple[int, str] | None:
+        """Create and lock the range's temp file (kept open for reads once published); None
+        when a live writer holds it. One a dead writer left is removed first."""
+        name = self._tmp_of(xorb, cs, ce)
+        for _ in range(2):
+            try:
+                fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            except FileExistsError:
+                if temp_writer_alive(name):
+                    return None
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name)
+                continue
+            hold_temp(fd)
+            return fd, name
+        return None
+
+    def _writer_alive(self, xorb: bytes, cs: int, ce: int, reserved_at: float, now: float) -> bool:
+        """Whether the writer of a reserved range may still publish it: it holds its temp
+        file's lock (taken before it reserved; the kernel drops it when the writer dies),
+        and reserved it less than :data:`STALE_RESERVATION` ago."""
+        if now - reserved_at >= STALE_RESERVATION:
+            return False
+        tmp = self._tmp_of(xorb, cs, ce)
+        return os.path.lexists(tmp) and temp_writer_alive(tmp)
 
     def _reserve(self, xorb: bytes, cs: int, ce: int, dlo: int, n: int) -> int | None:
         """Count ``n`` bytes for a range about to be written, evicting to stay under the cap."""
@@ -664,16 +705,20 @@ class NodeCache:
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     total = int(db.execute("SELECT v FROM meta WHERE k = 'total'").fetchone()[0])
-                    cutoff = time.time() - STALE_RESERVATION
-                    for rid, ready, used, held_n in db.execute(
-                        "SELECT id, ready, used, nbytes FROM ranges "
+                    now = time.time()
+                    for rid, ready, used, held_n, rcs, rce in db.execute(
+                        "SELECT id, ready, used, nbytes, cs, ce FROM ranges "
                         "WHERE xorb = ? AND cs <= ? AND ce >= ?",
                         (xorb, cs, ce),
                     ).fetchall():
-                        if ready or used >= cutoff:
+                        if ready or (
+                            (rcs, rce) != (cs, ce)  # (its file is not ours)
+                            and self._writer_alive(xorb, int(rcs), int(rce), float(used), now)
+                        ):
                             db.execute("ROLLBACK")
                             return None
-                        # reserved by a writer that died before publishing it
+                        # reserved by a writer that died before publishing it: we hold
+                        # this range's temp file, so its writer cannot be alive
                         db.execute("DELETE FROM ranges WHERE id = ?", (rid,))
                         total -= int(held_n)
                     while total + n > self.max_bytes:

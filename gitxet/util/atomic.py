@@ -29,7 +29,9 @@ __all__ = [
     "atomic_writer",
     "atomic_writer_at",
     "fsync_dir",
+    "hold_temp",
     "remove_stale_temps",
+    "temp_writer_alive",
 ]
 
 #: Every temp file this module makes is named ``.tmp-<random>.incomplete``.
@@ -48,13 +50,14 @@ UNLOCKED_GRACE_SECONDS = 5.0
 StrPath = str | os.PathLike[str]
 
 
-def _hold(fd: int) -> None:
-    """Mark a temp file as having a live writer (see :data:`UNLOCKED_GRACE_SECONDS`)."""
+def hold_temp(fd: int) -> None:
+    """Mark a temp file as having a live writer, until it is closed or the writer dies
+    (see :data:`UNLOCKED_GRACE_SECONDS`; the node cache's range files use it too)."""
     with contextlib.suppress(OSError):
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
-def _writer_alive(path: str) -> bool:
+def temp_writer_alive(path: str) -> bool:
     """Whether a writer still holds ``path``'s lock (unknown counts as alive)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -106,7 +109,7 @@ def atomic_writer(
             mode = os.stat(path).st_mode & 0o7777
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=tmp_dir or directory)
-    _hold(fd)
+    hold_temp(fd)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -152,7 +155,7 @@ def atomic_writer_at(
             tmp = f"{TEMP_PREFIX}{secrets.token_hex(8)}{TEMP_SUFFIX}"
             try:
                 fd = os.open(tmp, flags, 0o600, dir_fd=src_fd)
-                _hold(fd)
+                hold_temp(fd)
                 break
             except FileExistsError:
                 continue
@@ -331,7 +334,7 @@ def remove_stale_temps(
                 continue
             age = now - e.stat(follow_symlinks=False).st_mtime
             if age < older_than and (
-                age < min(UNLOCKED_GRACE_SECONDS, older_than) or _writer_alive(e.path)
+                age < min(UNLOCKED_GRACE_SECONDS, older_than) or temp_writer_alive(e.path)
             ):
                 continue
             os.unlink(e.path)
@@ -359,7 +362,7 @@ def atomic_create(
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=tmp_dir or directory)
-    _hold(fd)
+    hold_temp(fd)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

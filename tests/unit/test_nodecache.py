@@ -5,7 +5,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
+import signal
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -250,20 +252,22 @@ def test_a_range_whose_writer_died_is_stored_again_and_not_counted(tmp_path: Pat
     # A writer killed (kill -9 of a mount daemon) between reserving a range and publishing
     # it left an unready row behind: every later put of that range was refused ("being
     # written by someone else"), so the node never cached it again, and the index counted
-    # its bytes forever. A reservation older than the bound is a dead writer's.
+    # its bytes forever. A writer holds its range's temp file locked from before it
+    # reserves; a reservation whose lock is gone, or older than the bound, is a dead one's.
     from gitxet.store import nodecache
 
     lay = Lay(11)
     root = str(tmp_path / "c")
     cache = NodeCache(root, 1 << 20)
     n = lay.data_offsets[10] - lay.data_offsets[0]
-    assert cache._reserve(lay.xorb, 0, 10, 0, n) is not None  # then the writer "dies"
+    held = cache._open_tmp(lay.xorb, 0, 10)  # a writer takes the range's temp file
+    assert held is not None
+    assert cache._reserve(lay.xorb, 0, 10, 0, n) is not None  # and reserves the range
     assert not lay.put(cache, 0, 10)  # a live writer's reservation is respected
+    os.close(held[0])  # then the writer dies: its lock goes with it
+    assert lay.put(cache, 0, 10)  # the dead writer's reservation is taken over
     old = nodecache.time.time() - nodecache.STALE_RESERVATION - 1
     db = sqlite3.connect(os.path.join(root, "index.sqlite"))
-    with db:
-        db.execute("UPDATE ranges SET used = ?", (old,))
-    assert lay.put(cache, 0, 10)  # the dead writer's reservation is taken over
     assert cache.read(lay.xorb, lay, 0, n) == lay.data[:n]
     assert cache_total(root) == n
     # one left by a dead writer for a range nobody asks for again: dropped at open
@@ -276,6 +280,44 @@ def test_a_range_whose_writer_died_is_stored_again_and_not_counted(tmp_path: Pat
     assert cache_total(root) == n
     assert db.execute("SELECT count(*) FROM ranges WHERE ready = 0").fetchone()[0] == 0
     db.close()
+
+
+def _die_while_writing(root: str, seed: int, conn: object) -> None:
+    """Put a range and stop for good in the middle of writing it, once it is reserved."""
+    from gitxet.store import nodecache
+
+    def stuck(fd: int, views: object) -> None:
+        conn.send("writing")  # type: ignore[attr-defined]
+        time.sleep(3600)
+
+    nodecache.write_all = stuck  # type: ignore[assignment]
+    lay = Lay(seed)
+    lay.put(NodeCache(root, 1 << 20), 0, 10)
+
+
+def test_a_range_whose_writer_was_killed_is_stored_again_at_once(tmp_path: Path) -> None:
+    """A writer killed (kill -9) while writing a range it had reserved made everyone else
+    leave that range uncached for two minutes (STALE_RESERVATION): a 'git xet warmup' run
+    again right after a killed one said all was verified, and 'mount --offline' then failed
+    with EIO. A writer holds a lock on its temp file, which its death drops."""
+    root = str(tmp_path / "c")
+    NodeCache(root, 1 << 20).close()
+    ctx = multiprocessing.get_context("fork")
+    here, there = ctx.Pipe()
+    child = ctx.Process(target=_die_while_writing, args=(root, 12, there))
+    child.start()
+    assert here.poll(60) and here.recv() == "writing"
+    lay = Lay(12)
+    cache = NodeCache(root, 1 << 20)
+    assert not lay.put(cache, 0, 10)  # a live writer's range is left to it
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(60)
+    n = lay.data_offsets[10]
+    assert lay.put(cache, 0, 10)  # taken over at once, not after STALE_RESERVATION
+    assert cache.read(lay.xorb, lay, 0, n) == lay.data[:n]
+    assert cache_total(root) == n
+    cache.close()
+    assert not os.listdir(os.path.join(root, "tmp"))  # the dead writer's temp file too
 
 
 def test_a_range_written_to_after_it_was_hashed_is_hashed_again(tmp_path: Path) -> None:
