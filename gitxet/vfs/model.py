@@ -62,6 +62,7 @@ from gitxet.git.objects import (
     parse_tree_columns,
 )
 from gitxet.git.paths import PATH_MAX
+from gitxet.git.xetconfig import NEVER_POINTERS
 from gitxet.hashing import from_hex
 from gitxet.util.flights import Flights
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
@@ -247,6 +248,11 @@ class _BlobCache:
 
 
 # ---- nodes ---------------------------------------------------------------------------------
+
+
+#: files git reads itself (``.gitignore``...): their blob is their content even when its text
+#: is a pointer (a hostile ``.git* filter=xet``), as a checkout writes them
+_NEVER = frozenset(os.fsencode(n) for n in NEVER_POINTERS)
 
 
 class _BlobInfo(NamedTuple):
@@ -626,8 +632,10 @@ class CommitFS:
         get, file = sizes.get, NodeKind.FILE
         for c in blobs:
             size = get(c.sha, -1)
-            if size >= 0 and (c.kind is file or 0 < size < PATH_MAX):
-                c.size = size  # (a symlink too long or empty: _attrs says it is broken)
+            # (a symlink too long or empty: _attrs says it is broken; a file git reads
+            # itself is sized as its blob there)
+            if size >= 0 and (c.kind is file or 0 < size < PATH_MAX) and c.name not in _NEVER:
+                c.size = size
 
     def _batch_infos(
         self, shas: list[bytes], shown: str, path_of: Callable[[bytes], str]
@@ -710,7 +718,7 @@ class CommitFS:
             raise OSError(errno.EINVAL, f"{node.shown}: is a symlink")
         if offset < 0 or size < 0:
             raise OSError(errno.EINVAL, f"{node.shown}: negative offset or size")
-        info = self._blob_info(node.sha, node.shown)
+        info = self._file_info(node)
         if size == 0 or offset >= info.size:
             return b""
         if info.pointer is not None:
@@ -725,6 +733,8 @@ class CommitFS:
         node = self._nodes.get(ino)
         if node is None or node.kind is not NodeKind.FILE or offset < 0 or size <= 0:
             return None
+        if node.name in _NEVER:
+            return None  # read() serves its blob
         if offset == 0 and self._ready:
             ready = self._ready.pop(ino)
             if ready is not None:  # read and verified with an earlier file's batch
@@ -774,7 +784,7 @@ class CommitFS:
         node = self._node(ino)
         if node.kind is not NodeKind.FILE:
             return None
-        return self._blob_info(node.sha, node.shown).pointer
+        return self._file_info(node).pointer
 
     def chunk_extent(self, ino: int, offset: int) -> tuple[int, int] | None:
         """The byte range of the stored chunk holding ``offset`` of a pointer file.
@@ -786,7 +796,7 @@ class CommitFS:
         node = self._node(ino)
         if node.kind is not NodeKind.FILE:
             return None
-        info = self._blob_info(node.sha, node.shown)
+        info = self._file_info(node)
         if info.pointer is None or not 0 <= offset < info.size:
             return None
         try:
@@ -993,7 +1003,7 @@ class CommitFS:
             return Attrs(node.ino, kind, _ST_MODES[MODE_DIR], 0, node.size, mtime)
         if kind is NodeKind.FILE:
             if node.size < 0:
-                node.size = self._blob_info(node.sha, node.shown).size
+                node.size = self._file_info(node).size
             return Attrs(node.ino, kind, _FILE_PERMS[node.mode], node.size, 1, mtime)
         if node.size < 0:
             target = self._link_size(node.sha, node.shown)
@@ -1001,6 +1011,16 @@ class CommitFS:
         return Attrs(node.ino, kind, _ST_MODES[MODE_LINK], node.size, 1, mtime)
 
     # ---- blobs -----------------------------------------------------------------------------
+
+    def _file_info(self, node: _Node) -> _BlobInfo:
+        """What a file node is: :meth:`_blob_info`, but a file git reads itself is always
+        its blob, never a pointer (as a checkout writes it)."""
+        if node.name in _NEVER:
+            sha = node.sha
+            return _BlobInfo(
+                self._git_op(node.shown, "size blob", lambda: self._git.size(sha)), None
+            )
+        return self._blob_info(node.sha, node.shown)
 
     def _blob_info(self, sha: bytes, shown: str) -> _BlobInfo:
         info = self._infos.get(sha)
@@ -1143,7 +1163,7 @@ class CommitFS:
         wants: list[tuple[bytes, int]] = []
         for k, n in enumerate(nodes):
             with self._lock:
-                info = self._infos.get(n.sha)
+                info = self._infos.get(n.sha) if n.name not in _NEVER else None
             if info is None or info.pointer is None or not 0 < info.size <= AHEAD_FILE_MAX:
                 continue
             jobs.append(k)

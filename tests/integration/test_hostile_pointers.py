@@ -78,6 +78,25 @@ def test_pointer_text_git_reads_or_links_is_never_content(
     listed = ok(clone, "git-xet", "ls-files").splitlines()
     assert sorted(line.split(" ", 2)[2] for line in listed) == ["a.bin", "huge.bin"]
 
+    # a commit read without a checkout (mounts and xet:// share CommitFS) shows it the same
+    import fsspec
+
+    from gitxet.fsspec import xet_url
+
+    xfs = fsspec.filesystem("xet", cache_dir=str(tmp_path / "cache"))
+    try:
+        base = xet_url(str(remote), "hostile", "")
+        sizes = {os.path.basename(e["name"]): e["size"] for e in xfs.ls(base, detail=True)}
+        assert sizes[".gitignore"] == len(ptr) and sizes["a.bin"] == len(content)
+        assert xfs.info(xet_url(str(remote), "hostile", ".gitignore"))["size"] == len(ptr)
+        with xfs.open(xet_url(str(remote), "hostile", ".gitignore"), "rb") as f:
+            assert f.read() == ptr  # it was the 300,000 bytes of a.bin
+        with xfs.open(xet_url(str(remote), "hostile", "a.bin"), "rb") as f:
+            assert f.read() == content
+    finally:
+        xfs.close()
+        type(xfs).clear_instance_cache()
+
     # git's own checkout runs the smudge filter on each of them
     plain = tmp_path / "plain"
     ok(tmp_path, "git-xet", "install")
