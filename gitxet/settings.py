@@ -335,9 +335,39 @@ def host_allowed(url: str, hosts: frozenset[str]) -> bool:
     return host in hosts or (port is not None and f"{host}:{port}" in hosts)
 
 
+_keyring_chosen = threading.Lock()
+_keyring_ready = False
+
+
+def _choose_keyring() -> None:
+    """Let ``keyring`` choose its backend, on a thread of its own, once a process.
+
+    Choosing imports keyring's backends, and ``keyring.backends.Windows`` keeps the error
+    of its failed import in a module global, traceback and all: every frame on the stack
+    at that moment, with its locals, stayed alive for the life of the process (a clone of
+    100,000 files kept its lists and sets of every file's hash)."""
+    global _keyring_ready
+    with _keyring_chosen:
+        if not _keyring_ready:
+            chooser = threading.Thread(target=_choose_backend, name="gitxet-keyring")
+            chooser.start()
+            chooser.join()
+            _keyring_ready = True
+
+
+def _choose_backend() -> None:
+    import keyring
+
+    try:
+        keyring.get_keyring()
+    except Exception:  # the lookups that follow say what is wrong
+        return
+
+
 def keyring_token(url: str) -> str | None:
     """The token ``git xet login`` stored for ``url``'s server, or ``None`` (also when no
     keyring backend works on this machine)."""
+    _choose_keyring()
     import keyring
     import keyring.errors
 
@@ -355,6 +385,7 @@ def store_token(url: str, token: str) -> str:
     Raises:
         ConfigError: not an http(s) URL, or no keyring backend can store it.
     """
+    _choose_keyring()
     import keyring
     import keyring.errors
 
@@ -375,6 +406,7 @@ def store_token(url: str, token: str) -> str:
 
 def delete_token(url: str) -> bool:
     """Forget the keyring entry of ``url``'s server; returns whether there was one."""
+    _choose_keyring()
     import keyring
     import keyring.errors
 

@@ -291,3 +291,39 @@ def test_token_hosts_bind_the_env_token_in_every_lookup(memkeyring: MemoryKeyrin
     for bad in ("", " , ", "user@host", "host/path", "host:port", "a b@c"):
         with pytest.raises(ConfigError, match="GITXET_TOKEN_HOSTS"):
             Settings.load(env={"GITXET_TOKEN_HOSTS": bad})
+
+
+_PINNED = r"""
+import gc, weakref
+from gitxet.settings import keyring_token
+
+class Held:  # stands for a clone's list of 100,000 file hashes
+    pass
+
+def caller():
+    held = Held()
+    keyring_token("http://127.0.0.1:9/x.git")
+    return weakref.ref(held)
+
+ref = caller()
+gc.collect()
+print("kept" if ref() is not None else "freed")
+"""
+
+
+def test_the_first_keyring_lookup_keeps_no_callers_locals_alive(tmp_path: Path) -> None:
+    """keyring chooses its backend at the first lookup of a process, importing its backends;
+    ``keyring.backends.Windows`` keeps its failed import's traceback in a module global,
+    and with it every frame then on the stack: a clone whose first lookup came while it
+    listed 100,000 files kept that listing (~0.3 KB a file) to its end."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON_KEYRING")}
+    env.update(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    r = subprocess.run(
+        [sys.executable, "-c", _PINNED], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "freed"
