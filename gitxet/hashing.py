@@ -117,23 +117,36 @@ def _group_ends(last_bytes: bytes) -> list[int]:
 
 
 def merkle_root(entries: Sequence[tuple[bytes, int]]) -> bytes:
-    """Xet Merkle aggregation of (hash, size) pairs; the xorb hash of a xorb's chunks.
+    """Xet Merkle aggregation of (hash, size) pairs; the xorb hash of a xorb's chunks."""
+    return merkle_root_of([h for h, _ in entries], [s for _, s in entries])
+
+
+def merkle_root_of(hashes: Sequence[bytes], sizes: Sequence[int]) -> bytes:
+    """:func:`merkle_root` of the pairs of ``hashes`` and ``sizes`` (equal lengths), given
+    as two lists: a caller that holds them so builds no pair per chunk (a reader checks
+    the 16,000 chunks of a 1 GiB file before its first byte).
 
     Each internal node is the keyed BLAKE3 of its children's ``"<xet hex> : <size>\\n"``
     lines. A level's hex forms are made in one pass (every 8-byte word byte-swapped, then
     ``bytes.hex``): a file's 16,000 chunks are hashed in about a third of the time of one
-    ``to_hex`` per node, which a reader pays before the first byte of a file it opens.
+    ``to_hex`` per node.
+
+    Raises:
+        ValueError: ``hashes`` and ``sizes`` differ in length, or the hashes are not 32 bytes each.
     """
-    hashes = [h for h, _ in entries]
-    sizes = [s for _, s in entries]
+    if len(hashes) != len(sizes):
+        raise ValueError(f"{len(hashes)} hashes and {len(sizes)} sizes")
     if not hashes:
         return ZERO_HASH
     while len(hashes) > 1:
-        words = array.array("Q", b"".join(hashes))
+        joined = b"".join(hashes)
+        if len(joined) != HASH_LEN * len(hashes):
+            raise ValueError(f"hashes of {len(joined)} bytes in all, not {len(hashes)} x 32")
+        words = array.array("Q", joined)
         words.byteswap()  # each little-endian u64 word, printed most significant first
         digits = words.tobytes().hex()
         lines = [f"{digits[64 * i : 64 * i + 64]} : {s}\n" for i, s in enumerate(sizes)]
-        last = bytes(h[24] for h in hashes)  # last_word(h) % 4 == h[24] % 4
+        last = joined[24::HASH_LEN]  # last_word(h) % 4 == h[24] % 4
         merged: list[bytes] = []
         merged_sizes: list[int] = []
         start = 0
@@ -151,9 +164,19 @@ xorb_hash = merkle_root
 
 def file_hash(entries: Sequence[tuple[bytes, int]], salt: bytes = FILE_SALT) -> bytes:
     """File hash over its chunks' (hash, size) pairs; all zeros for an empty file."""
-    if not entries:
+    return file_hash_of([h for h, _ in entries], [s for _, s in entries], salt)
+
+
+def file_hash_of(hashes: Sequence[bytes], sizes: Sequence[int], salt: bytes = FILE_SALT) -> bytes:
+    """:func:`file_hash` of the chunk hashes and sizes given as two lists (see
+    :func:`merkle_root_of`).
+
+    Raises:
+        ValueError: ``hashes`` and ``sizes`` differ in length, or the hashes are not 32 bytes each.
+    """
+    if not hashes and not sizes:
         return ZERO_HASH
-    return blake3.blake3(merkle_root(entries), key=salt).digest()
+    return blake3.blake3(merkle_root_of(hashes, sizes), key=salt).digest()
 
 
 def verification_hash(chunk_hashes: Iterable[bytes]) -> bytes:

@@ -27,7 +27,7 @@ from gitxet.chunking.pipeline import ChunkStream
 from gitxet.data.dedup import RemoteDedup
 from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
-from gitxet.hashing import chunk_hash, file_hash, merkle_root, verification_hash
+from gitxet.hashing import chunk_hash, file_hash, merkle_root_of, verification_hash
 from gitxet.store.cas import LocalCAS
 
 # A term refers either to a stored xorb (its hash) or to a xorb still being built (its
@@ -209,7 +209,7 @@ class Ingestor:
             return
         # the xorb's hash needs only the chunk hashes and sizes: the chunks not compressed
         # yet are compressed, framed and written on the writer thread
-        xorb_hash = merkle_root(list(zip(p.hashes, p.sizes, strict=True)))
+        xorb_hash = merkle_root_of(p.hashes, p.sizes)
         self._wait_for_write()
         self._writing = self._writer.submit(self._write_xorb, p, xorb_hash)
         self._new_xorbs.append(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import io
+import operator
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from gitxet.errors import FileNotFoundInCASError, GitxetError, IntegrityError
 from gitxet.formats.shard import FileInfo, FileTerm
-from gitxet.hashing import ZERO_HASH, file_hash, to_hex, verification_hash
+from gitxet.hashing import ZERO_HASH, file_hash_of, to_hex, verification_hash
 from gitxet.util.lru import LRUCache
 
 if TYPE_CHECKING:
@@ -235,7 +236,8 @@ class _Span:
 def check_terms(source: ChunkSource, file_hash_: bytes, info: FileInfo) -> None:
     """Check a file's terms against its xorbs' layouts, their verification hashes and its
     file hash (raises :class:`IntegrityError`): what a reader checks before serving a byte."""
-    entries: list[tuple[bytes, int]] = []
+    hashes: list[bytes] = []  # of every chunk of the file, and their sizes
+    sizes: list[int] = []
     for i, t in enumerate(info.terms):
         lay = source.layout(t.xorb_hash)
         if not 0 <= t.chunk_start < t.chunk_end <= len(lay.chunk_hashes):
@@ -245,16 +247,20 @@ def check_terms(source: ChunkSource, file_hash_: bytes, info: FileInfo) -> None:
         offs = lay.data_offsets
         if offs[t.chunk_end] - offs[t.chunk_start] != t.unpacked_bytes:
             raise IntegrityError("xorb", to_hex(t.xorb_hash), "term length disagrees with the xorb")
-        hashes = lay.chunk_hashes[t.chunk_start : t.chunk_end]
-        if info.verification is not None and verification_hash(hashes) != info.verification[i]:
+        term_hashes = lay.chunk_hashes[t.chunk_start : t.chunk_end]
+        if info.verification is not None and verification_hash(term_hashes) != info.verification[i]:
             raise IntegrityError(
                 "xorb", to_hex(t.xorb_hash), f"term {i} fails its verification hash"
             )
-        entries.extend(
-            (h, offs[k + 1] - offs[k])
-            for k, h in zip(range(t.chunk_start, t.chunk_end), hashes, strict=True)
+        hashes.extend(term_hashes)
+        sizes.extend(
+            map(
+                operator.sub,
+                offs[t.chunk_start + 1 : t.chunk_end + 1],
+                offs[t.chunk_start : t.chunk_end],
+            )
         )
-    if file_hash(entries) != file_hash_:
+    if file_hash_of(hashes, sizes) != file_hash_:
         raise IntegrityError("file", to_hex(file_hash_), "chunks do not hash to the file hash")
 
 

@@ -60,7 +60,7 @@ from gitxet.errors import (
 )
 from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
-from gitxet.hashing import chunk_hash, from_hex, merkle_root, to_hex
+from gitxet.hashing import chunk_hash, from_hex, merkle_root_of, to_hex
 from gitxet.remote import protocol as p
 from gitxet.remote.client import BufferPool, CASClient, TokenSource
 from gitxet.settings import DEFAULT_PREFETCH_BYTES, DEFAULT_TIER_TIMEOUT, strip_credentials
@@ -446,7 +446,7 @@ class RemoteChunkSource:
         """The layout of a CAS block, checked against its xorb hash."""
         hashes = tuple(c.hash for c in x.chunks)
         sizes = [c.size for c in x.chunks]
-        if merkle_root(list(zip(hashes, sizes, strict=True))) != x.xorb_hash:
+        if merkle_root_of(hashes, sizes) != x.xorb_hash:
             raise IntegrityError(
                 "xorb", to_hex(x.xorb_hash), "chunk list from the server does not hash to it"
             )

@@ -25,7 +25,7 @@ from functools import cached_property
 import lz4.frame
 
 from gitxet.errors import IntegrityError, XorbFormatError
-from gitxet.hashing import HASH_LEN, chunk_hash, merkle_root, to_hex
+from gitxet.hashing import HASH_LEN, chunk_hash, merkle_root_of, to_hex
 
 __all__ = [
     "CHUNK_HEADER_SIZE",
@@ -533,7 +533,7 @@ def frame_xorb(
     hashes = list(chunk_hashes)
     return SerializedXorb(
         parts=parts,
-        hash=merkle_root(list(zip(hashes, sizes, strict=True))),
+        hash=merkle_root_of(hashes, sizes),
         chunk_hashes=hashes,
         chunk_sizes=list(sizes),
         byte_offsets=offsets,
@@ -586,7 +586,7 @@ def parse_xorb(data: BytesLike, *, what: str = "xorb", keep_chunks: bool = True)
         schemes.append(Scheme(scheme))
     if not hashes:
         raise XorbFormatError(what, "no chunks")
-    xhash = merkle_root(list(zip(hashes, sizes, strict=True)))
+    xhash = merkle_root_of(hashes, sizes)
     if footer is not None:
         _check_footer_matches(footer, xhash, hashes, sizes, offsets, what)
     return ParsedXorb(chunks, hashes, sizes, offsets, schemes, xhash, footer)

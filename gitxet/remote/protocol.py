@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitxet.errors import RemoteError
-from gitxet.hashing import from_hex_many, is_hex, merkle_root, to_hex
+from gitxet.hashing import from_hex_many, is_hex, merkle_root_of, to_hex
 
 __all__ = [
     "CHUNK_PREFIXES",
@@ -404,7 +404,8 @@ class XorbLocation:
         """Whether the chunk hashes and sizes Merkle-hash to the xorb's name."""
         sizes = [b - a for a, b in itertools.pairwise(self.data_offsets)]
         return (
-            to_hex(merkle_root(list(zip(self.chunk_hashes, sizes, strict=True)))) == self.xorb_hex
+            len(sizes) == len(self.chunk_hashes)
+            and to_hex(merkle_root_of(self.chunk_hashes, sizes)) == self.xorb_hex
         )
 
     def to_json(self) -> dict[str, Any]:

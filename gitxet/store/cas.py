@@ -50,7 +50,7 @@ from gitxet.errors import (
 )
 from gitxet.formats import shard as shardfmt
 from gitxet.formats import xorb as xorbfmt
-from gitxet.hashing import chunk_hash, merkle_root, to_hex
+from gitxet.hashing import chunk_hash, merkle_root_of, to_hex
 from gitxet.store.locking import file_lock
 from gitxet.util import bgio, nowait, sqlite
 from gitxet.util.atomic import atomic_write, atomic_writer, remove_stale_temps, sync_written
@@ -113,10 +113,7 @@ class XorbLayout:
         """
         ends = footer.uncompressed_ends
         sizes = [b - a for a, b in zip((0, *ends), ends, strict=False)]
-        if (
-            footer.xorb_hash != xorb_hash
-            or merkle_root(list(zip(footer.chunk_hashes, sizes, strict=True))) != xorb_hash
-        ):
+        if footer.xorb_hash != xorb_hash or merkle_root_of(footer.chunk_hashes, sizes) != xorb_hash:
             raise IntegrityError(
                 "xorb", to_hex(xorb_hash), "chunk index does not match the xorb hash"
             )

@@ -134,6 +134,19 @@ def test_merkle_root_matches_the_plain_aggregation() -> None:
     for n in [*range(0, 40), 81, 82, 730, 4096]:
         entries = [(rnd.randbytes(32), rnd.randint(1, 1 << 17)) for _ in range(n)]
         assert hashing.merkle_root(entries) == _reference_root(entries), n
+        hashes, sizes = [h for h, _ in entries], [s for _, s in entries]
+        assert hashing.merkle_root_of(hashes, sizes) == _reference_root(entries), n
+        assert hashing.file_hash_of(hashes, sizes) == hashing.file_hash(entries), n
+
+
+def test_merkle_root_of_refuses_lists_that_do_not_pair() -> None:
+    h = bytes(range(32))
+    with pytest.raises(ValueError, match="2 hashes and 1 sizes"):
+        hashing.merkle_root_of([h, h], [5])
+    with pytest.raises(ValueError, match="not 2 x 32"):
+        hashing.merkle_root_of([h, h[:24]], [5, 6])
+    with pytest.raises(ValueError, match="1 hashes and 0 sizes"):
+        hashing.file_hash_of([h], [])
 
 
 def test_from_hex_many_parses_like_from_hex_and_refuses_what_it_refuses() -> None:
