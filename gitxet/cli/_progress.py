@@ -70,11 +70,15 @@ class Bar:
 
 @contextmanager
 def byte_progress(
-    description: str, total: int | None, *, every: float = LOG_EVERY
+    description: str, total: int | None, *, every: float = LOG_EVERY, quiet: bool = False
 ) -> Iterator[Bar]:
     """Yield a :class:`Bar`: drawn on a terminal; elsewhere one line every ``every``
-    seconds on stderr while the work lasts (nothing for work that ends sooner)."""
+    seconds on stderr while the work lasts (nothing for work that ends sooner); never shown
+    with ``quiet``."""
     bar = Bar(total)
+    if quiet:
+        yield bar
+        return
     if not interactive():
         stop = threading.Event()
 

@@ -162,9 +162,12 @@ def run(
     lazy: bool = False,
     branch: str | None = None,
     cas_url: str | None = None,
+    depth: int | None = None,
+    quiet: bool = False,
 ) -> int:
-    """Clone ``src`` and materialize its large files (leave pointers with ``lazy``);
-    returns the exit status (git's own failures: 1, or 128 + a signal).
+    """Clone ``src`` and materialize its large files (leave pointers with ``lazy``); only
+    the last ``depth`` commits when given; nothing but errors said with ``quiet``. Returns
+    the exit status (git's own failures: 1, or 128 + a signal).
 
     Raises:
         NotFoundError: ``src`` is neither a URL nor an existing path.
@@ -184,15 +187,16 @@ def run(
     lazy_default()  # malformed: said before git clones, not once it is done
     target = directory or clone_dir_name(src)
     if not lazy and unfinished(target, src):
-        print(f"git-xet: finishing the interrupted clone in {shown(target)}", file=sys.stderr)
-        return finish(target, settings, None, resuming=True)
+        if not quiet:
+            print(f"git-xet: finishing the interrupted clone in {shown(target)}", file=sys.stderr)
+        return finish(target, settings, None, resuming=True, quiet=quiet)
     http = src.startswith(("http://", "https://"))
     prepared = _Prepared(src, settings) if http and not lazy else None
     try:
         env, gitxet_server = _fast_auth(src, settings)
         if prepared is not None:
             prepared.decide(gitxet_server)
-        return _clone(src, directory, lazy, branch, env, settings, prepared)
+        return _clone(src, directory, lazy, branch, env, settings, prepared, depth, quiet)
     finally:
         if prepared is not None:
             prepared.close()
@@ -206,6 +210,8 @@ def _clone(
     env: dict[str, str],
     settings: Any,
     prepared: _Prepared | None,
+    depth: int | None = None,
+    quiet: bool = False,
 ) -> int:
     program = hot.program()
     args = [
@@ -223,6 +229,10 @@ def _clone(
         args += ["--no-checkout", "--config", f"{UNFINISHED}=true"]
     if branch:
         args += ["--branch", branch]
+    if depth is not None:
+        args += ["--depth", str(depth)]
+    if quiet:
+        args.append("--quiet")
     args += ["--", src]
     if directory:
         args.append(directory)
@@ -235,7 +245,7 @@ def _clone(
     hooks.install_hooks(target, names=("pre-push",), program=program, on_conflict="chain")
     if lazy:
         return 0
-    return finish(target, settings, prepared, resuming=False)
+    return finish(target, settings, prepared, resuming=False, quiet=quiet)
 
 
 UNFINISHED = "xet.cloneUnfinished"
@@ -265,7 +275,9 @@ def unfinished(target: str, src: str | None = None) -> bool:
     return os.path.realpath(url) == os.path.realpath(src)  # git keeps a path absolute
 
 
-def finish(target: str, settings: Any, prepared: _Prepared | None, *, resuming: bool) -> int:
+def finish(
+    target: str, settings: Any, prepared: _Prepared | None, *, resuming: bool, quiet: bool = False
+) -> int:
     """Check out a clone made with ``--no-checkout``: write every file of HEAD, the pointer
     files' content straight from the store; a clone killed while doing so is finished by
     calling this again (``resuming``: the files already written are kept). Returns the
@@ -293,7 +305,7 @@ def finish(target: str, settings: Any, prepared: _Prepared | None, *, resuming: 
     from gitxet.errors import GitxetError, MaterializeError
 
     try:
-        return _check_out(target, settings, prepared)
+        return _check_out(target, settings, prepared, quiet)
     except (OSError, MaterializeError) as exc:  # a full disk: the rest comes on a re-run
         from gitxet.cli._errors import describe
 
@@ -318,7 +330,7 @@ def may_pass(failure: BaseException) -> bool:
     return isinstance(failure, (OSError, RemoteError))
 
 
-def _check_out(target: str, settings: Any, prepared: _Prepared | None) -> int:
+def _check_out(target: str, settings: Any, prepared: _Prepared | None, quiet: bool = False) -> int:
     from gitxet.git import process
 
     # git writes neither the pointer files' text nor their content: its index is read from
@@ -356,12 +368,12 @@ def _check_out(target: str, settings: Any, prepared: _Prepared | None) -> int:
         from gitxet.errors import GitxetError, LocalChangesError, MaterializeError
 
         try:
-            with byte_progress("fetching", total or None) as advance:
+            with byte_progress("fetching", total or None, quiet=quiet) as advance:
                 repo.ensure_local([f.pointer for f in files], progress=advance)
         except GitxetError:
             pass  # materialize below names each file whose data cannot be had
         try:
-            with byte_progress("checking out", total or None) as advance:
+            with byte_progress("checking out", total or None, quiet=quiet) as advance:
                 repo.materialize(files, progress=advance, absent=not resumed)
         except MaterializeError as exc:  # those files stay pointers, as git would write them
             kept = [p for p, why in exc.failures if not isinstance(why, LocalChangesError)]
@@ -373,6 +385,10 @@ def _check_out(target: str, settings: Any, prepared: _Prepared | None) -> int:
         gc.unfreeze()
     process.config_unset(target, UNFINISHED)
     return 0
+
+
+#: the options of ``git xet clone`` that take a value, and :func:`run`'s keyword for each
+_VALUED = {"--branch": "branch", "-b": "branch", "--cas-url": "cas_url", "--depth": "depth"}
 
 
 def parse_argv(args: list[str]) -> dict[str, Any] | None:
@@ -389,14 +405,16 @@ def parse_argv(args: list[str]) -> dict[str, Any] | None:
             break
         if a == "--lazy":
             opts["lazy"] = True
-        elif a in ("--branch", "-b", "--cas-url"):
+        elif a in ("-q", "--quiet"):
+            opts["quiet"] = True
+        elif a in ("--branch", "-b", "--cas-url", "--depth"):
             if i + 1 >= len(args):
                 return None
-            opts["cas_url" if a == "--cas-url" else "branch"] = args[i + 1]
+            opts[_VALUED[a]] = args[i + 1]
             i += 1
-        elif a.startswith(("--branch=", "--cas-url=")):
+        elif a.startswith(("--branch=", "--cas-url=", "--depth=")):
             key, _, value = a.partition("=")
-            opts["cas_url" if key == "--cas-url" else "branch"] = value
+            opts[_VALUED[key]] = value
         elif a.startswith("-") and a != "-":
             return None
         else:
@@ -404,6 +422,10 @@ def parse_argv(args: list[str]) -> dict[str, Any] | None:
         i += 1
     if not 1 <= len(positional) <= 2:
         return None
+    if "depth" in opts:
+        if not opts["depth"].isdigit() or int(opts["depth"]) < 1:
+            return None  # the full CLI says what is wrong
+        opts["depth"] = int(opts["depth"])
     opts["src"] = positional[0]
     opts["directory"] = positional[1] if len(positional) > 1 else None
     return opts

@@ -459,6 +459,13 @@ def clone_cmd(
             "still clones from SRC (GITXET_CAS_URL).",
         ),
     ] = None,
+    depth: Annotated[
+        int | None,
+        typer.Option("--depth", min=1, help="Only the last DEPTH commits (git clone --depth)."),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Only errors (git's and gitxet's).")
+    ] = False,
 ) -> None:
     """Clone a repository and materialize its large files (or leave pointers with --lazy).
 
@@ -468,7 +475,7 @@ def clone_cmd(
     """
     from gitxet.cli.clone import run
 
-    code = run(src, directory, lazy=lazy, branch=branch, cas_url=cas_url)
+    code = run(src, directory, lazy=lazy, branch=branch, cas_url=cas_url, depth=depth, quiet=quiet)
     if code:
         raise typer.Exit(code)
 

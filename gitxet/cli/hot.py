@@ -294,7 +294,10 @@ def run(argv: list[str]) -> int:
 
             opts = clone.parse_argv(args)
             if opts is None:
-                return _usage("usage: git-xet clone [--lazy] [-b BRANCH] [--cas-url URL] SRC [DIR]")
+                return _usage(
+                    "usage: git-xet clone [--lazy] [-q] [-b BRANCH] [--depth N] [--cas-url URL]"
+                    " SRC [DIR]"
+                )
             return clone.run(**opts)
         elif name == "credential":
             from gitxet.cli.credential import run as credential

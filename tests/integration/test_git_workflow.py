@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -505,6 +506,29 @@ def test_clone_writes_files_git_then_sees_unchanged(tmp_path: Path) -> None:
     assert r.stdout.strip() == ""
     assert "filter-process" not in r.stderr
     git("diff", "--exit-code", cwd=clone)
+
+
+def test_clone_quiet_and_shallow_as_git_clone_takes_them(tmp_path: Path) -> None:
+    """'git xet clone -q --depth 1' (what CI scripts pass 'git clone'): git's last commit
+    only, the files written, nothing said; it was 'No such option: -q'."""
+    remote, work = init_repo(tmp_path)
+    rnd = random.Random(8)
+    for i in range(2):
+        (work / "a.bin").write_bytes(rnd.randbytes(1 << 20))
+        xet("add", "a.bin", cwd=work)
+        git("commit", "-q", "-m", f"v{i}", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    clone = tmp_path / "clone"
+    for args in (["-q", "--depth", "1"], ["--quiet", "--depth=1", "--lazy"]):
+        r = run("git-xet", "clone", *args, f"file://{remote}", str(clone), cwd=tmp_path)
+        assert r.stderr == "" and r.stdout == "", r.stderr
+        assert git("rev-list", "--count", "HEAD", cwd=clone).strip() == "1"
+        if "--lazy" not in args:
+            assert (clone / "a.bin").read_bytes() == (work / "a.bin").read_bytes()
+        assert git("status", "--porcelain", cwd=clone) == ""
+        shutil.rmtree(clone)
+    r = run("git-xet", "clone", "--depth", "0", str(remote), str(clone), cwd=tmp_path, check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
 
 
 def test_clone_with_one_corrupt_xorb_writes_the_other_files(tmp_path: Path) -> None:

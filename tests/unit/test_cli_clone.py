@@ -53,7 +53,16 @@ def test_plain_clone_arguments_are_parsed_without_typer_anything_else_is_not() -
         "src": "s",
         "directory": "d",
     }
-    for bad in ([], ["a", "b", "c"], ["--help"], ["-h", "s"], ["--nope", "s"], ["s", "-b"]):
+    assert parse_argv(["-q", "--depth", "1", "s"]) == {"quiet": True, "depth": 1, "src": "s",
+                                                        "directory": None}  # fmt: skip
+    assert parse_argv(["--quiet", "--depth=3", "s", "d"]) == {
+        "quiet": True,
+        "depth": 3,
+        "src": "s",
+        "directory": "d",
+    }
+    for bad in ([], ["a", "b", "c"], ["--help"], ["-h", "s"], ["--nope", "s"], ["s", "-b"],
+                ["--depth", "0", "s"], ["--depth=x", "s"], ["s", "--depth"]):  # fmt: skip
         assert parse_argv(bad) is None, bad
 
 
