@@ -36,6 +36,7 @@ import mmap
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -80,6 +81,10 @@ MAX_FILE_INFOS = 1 << 16  # ~300 bytes each: a clone asks for every file several
 # files.pos: the byte offset of the file's block in its shard, so a lookup reads one block
 # instead of parsing a shard of maybe 100,000 files
 _SCHEMA_VERSION = 2
+#: A shard file the index does not name and that is older than this (seconds) was left by a
+#: writer killed between writing it and committing its rows (``put_shards``); the store
+#: indexes it when opened. A younger one may be a live writer's, not yet durable.
+LEFT_SHARD_AGE = 60.0
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS files (
@@ -279,6 +284,7 @@ class LocalCAS:
         # open shards, by name (a read of each of 20,000 files asks one for its block)
         self._shard_fds: LeaseCache[str, _XorbFile] = LeaseCache(MAX_OPEN_SHARDS, _XorbFile.close)
         self._pre = _PreReads()
+        self._left_checked = False  # shards a killed writer left unindexed: looked for once
         self.tmp = os.path.join(self.root, "tmp")
         try:
             for d in ("xorbs", "shards", "tmp", "locks"):
@@ -329,7 +335,11 @@ class LocalCAS:
                 fresh |= self._migrate(conn)
             self._local.conn = conn
             if fresh:
+                self._left_checked = True
                 self.rebuild_index()
+            elif not self._left_checked:
+                self._left_checked = True
+                self.index_left_shards()
         return conn
 
     @staticmethod
@@ -369,6 +379,27 @@ class LocalCAS:
         for i in range(0, len(names), 256):  # one transaction per 256 shards
             self._index_shards(self._loadable(names[i : i + 256]))
         return len(names)
+
+    def index_left_shards(self, min_age: float = LEFT_SHARD_AGE) -> int:
+        """Index the shard files the index does not name that are older than ``min_age``
+        seconds (a writer killed between a shard's file and its rows left them: readers
+        would not find their files); returns how many. Costs one directory listing."""
+        on_disk = set(self.shard_names())
+        if not on_disk:
+            return 0
+        known = {row[0] for row in self._db().execute("SELECT name FROM shards")}
+        cutoff = time.time() - min_age
+        left = []
+        for name in sorted(on_disk - known):
+            with contextlib.suppress(OSError):
+                if os.stat(self.shard_path(name)).st_mtime <= cutoff:
+                    left.append(name)
+        if left:
+            try:
+                self._index_shards(self._loadable(left))
+            except sqlite3.Error:
+                return 0  # a read-only store: its readers do without them, as before
+        return len(left)
 
     def _loadable(self, names: Iterable[str]) -> Iterator[tuple[str, shardfmt.Shard]]:
         """Each shard of ``names`` that can be read and parsed, one at a time."""
@@ -762,7 +793,11 @@ class LocalCAS:
                 yield name[: -len(".shard")]
 
     def has_shard(self, name: str) -> bool:
-        return os.path.exists(self.shard_path(name))
+        """Whether the shard is stored and indexed. A file a killed writer left without its
+        index rows is not: readers cannot find its files, so a push must send it again
+        (which indexes it)."""
+        row = self._db().execute("SELECT 1 FROM shards WHERE name = ?", (name,)).fetchone()
+        return row is not None and os.path.exists(self.shard_path(name))
 
     def shard_bytes(self, name: str) -> bytes:
         with open(self.shard_path(name), "rb") as f:

@@ -7,6 +7,7 @@ import os
 import random
 import select
 import threading
+import time
 
 import pytest
 
@@ -621,3 +622,32 @@ def test_a_shard_the_index_names_but_that_is_gone_is_forgotten(tmp_path: str) ->
         FileReader(again, hashes[0])
     # and it stays forgotten: the index no longer names it
     assert LocalCAS(root, durable=False).file_info(hashes[0]) is None
+
+
+def test_a_shard_file_left_without_index_rows_is_indexed_when_the_store_opens(
+    tmp_path: str,
+) -> None:
+    """A writer killed between a shard's file and its index rows left files no reader
+    found; the next open indexes such a shard once it is older than a live writer's."""
+    src = LocalCAS(str(tmp_path / "src"), durable=False)
+    data = random.Random(40).randbytes(300_000)
+    with Ingestor(src) as ing:
+        fh = ing.add_stream(io.BytesIO(data)).file_hash
+        ing.flush()
+    (name,) = src.shard_names()
+    root = str(tmp_path / "dst")
+    dst = LocalCAS(root, durable=False)
+    dst.describe([])  # the index exists
+    for x in src.xorb_hashes():
+        os.makedirs(os.path.dirname(dst.xorb_path(x)), exist_ok=True)
+        os.link(src.xorb_path(x), dst.xorb_path(x))
+    path = dst.shard_path(name)
+    with open(path, "wb") as f:  # the file, without its rows
+        f.write(src.shard_bytes(name))
+    young = LocalCAS(root, durable=False)
+    assert young.file_info(fh) is None and not young.has_shard(name)  # may be a live writer's
+    old = time.time() - 120
+    os.utime(path, (old, old))
+    again = LocalCAS(root, durable=False)
+    assert again.has_shard(name)
+    assert FileReader(again, fh).read(0, 1 << 20) == data

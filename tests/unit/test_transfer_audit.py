@@ -240,3 +240,34 @@ def test_unpushed_files_are_counted_in_batches(
     assert audit.count_unpushed(cas, remote, found) == 180
     remote.cas._db().set_trace_callback(None)
     assert len([s for s in statements if "FROM files" in s]) <= 300 // 50  # was 300
+
+
+class _Killed(BaseException):
+    """A kill between a shard's file and its index rows."""
+
+
+def test_a_push_killed_after_the_shard_file_sends_the_shard_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A push killed after the remote's shard file was written, before its index rows
+    were committed, left a remote whose readers could not find the files; the rerun saw the
+    file, skipped the shard, and 'succeeded': a clone then found no data (CI, 2026-11-25)."""
+    cas = LocalCAS(str(tmp_path / "local"))
+    (a,) = ingest(cas, random.Random(4).randbytes(300_000))
+    remote = LocalDirRemote(str(tmp_path / "remote"))
+    real_insert = LocalCAS._insert_shard
+
+    def killed(*args: object, **kwargs: object) -> None:
+        raise _Killed
+
+    monkeypatch.setattr(LocalCAS, "_insert_shard", staticmethod(killed))
+    with pytest.raises(_Killed):
+        push_files(cas, remote, [a])
+    monkeypatch.setattr(LocalCAS, "_insert_shard", staticmethod(real_insert))
+    (name,) = remote.cas.shard_names()  # the file is there, its rows are not
+    assert not remote.has_shard(name) and not remote.has_file(a)
+
+    rerun = LocalDirRemote(str(tmp_path / "remote"))
+    assert push_files(cas, rerun, [a]).shards_sent == 1
+    assert rerun.has_shard(name) and rerun.has_file(a)
+    assert LocalDirRemote(str(tmp_path / "remote")).has_file(a)
