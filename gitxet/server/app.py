@@ -23,6 +23,7 @@ tokens and URL queries never appear in logs or errors.
 from __future__ import annotations
 
 import base64
+import errno
 import hmac
 import json
 import logging
@@ -617,6 +618,10 @@ def _exc_response(exc: Exception) -> Response:
     if isinstance(exc, GitError):
         log.error("git failure: %s", exc)
         return _error(500, "git backend failed")
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        # too many clients for the open-file limit (warned about at start): they may retry
+        log.error("out of file descriptors (raise ulimit -n): %s", exc)
+        return _error(503, "server busy: out of file descriptors", {"Retry-After": "1"})
     log.exception("unhandled error", exc_info=exc)
     return _error(500, "internal server error")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import time
 from collections.abc import Hashable, Iterator
@@ -344,3 +345,19 @@ def test_first_chunk_of_a_deduplicated_file_is_answered(service: CasService, up:
     fh = file_hash(list(zip(hs[1:], sizes[1:], strict=True)))
     service.put_shard(upload_shard_for([make_file_info(fh, [term], [hs[1:]], None)], []))
     assert service.dedup_shard(hs[1]) is not None
+
+
+def test_out_of_file_descriptors_is_busy_not_an_internal_error() -> None:
+    """A server at its open-file limit (more clients than 'ulimit -n' allows: warned about
+    at start) could not start git for a clone: that was a 500 and a traceback per request;
+    it is a 503 with Retry-After, as for any transient overload."""
+    import errno
+    import json as jsonlib
+
+    from gitxet.server.app import _exc_response
+
+    for code in (errno.EMFILE, errno.ENFILE):
+        r = _exc_response(OSError(code, os.strerror(code)))
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+        assert "out of file descriptors" in jsonlib.loads(bytes(r.body))["error"]
+    assert _exc_response(OSError(errno.EIO, "io")).status_code == 500  # others unchanged
