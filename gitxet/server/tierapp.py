@@ -301,5 +301,8 @@ def create_tier_app(state: TierState) -> ASGIApp:
         Route("/{path:path}", h(fallback), methods=methods),
     ]
     app = Starlette(routes=routes)
+    # no 307 to a path without its trailing slash: a path no route takes (a control
+    # character, which the catch-all cannot match) gets a 404, not a redirect
+    app.router.redirect_slashes = False
     app.state.gitxet_tier = state
     return AccessLog(app, state.metrics, logging.getLogger("gitxet.server.tier.access"))

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gitxet.errors import RequestRejectedError
@@ -141,6 +141,9 @@ def test_signed_routes_answer_4xx(
     st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f")),
     text,
 )
+# a control character no route can match, then a slash: Starlette redirected it (307) to
+# the path without the slash
+@example(rng="", file_id="\n/")
 def test_authenticated_routes_answer_4xx(
     client: tuple[httpx.Client, str], rng: str, file_id: str
 ) -> None:
