@@ -339,6 +339,16 @@ _keyring_chosen = threading.Lock()
 _keyring_ready = False
 
 
+def _new_keyring_lock_in_child() -> None:
+    # a fork while another thread held the lock (choosing, on a thread the child does not
+    # have) would leave the child's first token lookup waiting for ever
+    global _keyring_chosen
+    _keyring_chosen = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_keyring_lock_in_child)
+
+
 def _choose_keyring() -> None:
     """Let ``keyring`` choose its backend, on a thread of its own, once a process.
 

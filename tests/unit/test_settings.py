@@ -3,6 +3,7 @@ that only ``cli`` and ``settings`` read the environment."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -327,3 +328,16 @@ def test_the_first_keyring_lookup_keeps_no_callers_locals_alive(tmp_path: Path) 
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "freed"
+
+
+def test_a_fork_while_the_keyring_is_being_chosen_leaves_the_child_a_free_lock() -> None:
+    """Another thread choosing the keyring backend holds a lock; a child forked meanwhile
+    has no such thread, and its first token lookup waited for ever on the copy."""
+    import gitxet.settings as gitxet_settings
+
+    with gitxet_settings._keyring_chosen:  # as the choosing thread holds it
+        pid = os.fork()
+        if pid == 0:  # the child: the lock must be free
+            os._exit(0 if gitxet_settings._keyring_chosen.acquire(timeout=5) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
