@@ -394,12 +394,18 @@ class LocalCAS:
             with contextlib.suppress(OSError):
                 if os.stat(self.shard_path(name)).st_mtime <= cutoff:
                     left.append(name)
-        if left:
-            try:
-                self._index_shards(self._loadable(left))
-            except sqlite3.Error:
-                return 0  # a read-only store: its readers do without them, as before
-        return len(left)
+        if not left:
+            return 0
+        try:
+            # a prune deletes the shards it took out of the index: never index them back
+            # while one runs (the next open will, if it was killed before deleting them)
+            with file_lock(self._lock_path("prune"), shared=True, timeout=0):
+                loaded = list(self._loadable(left))  # a damaged file: no transaction at all
+                if loaded:
+                    self._index_shards(loaded)
+        except (StoreError, sqlite3.Error, OSError):
+            return 0  # a prune is running, or a read-only store: readers do without them
+        return len(loaded)
 
     def _loadable(self, names: Iterable[str]) -> Iterator[tuple[str, shardfmt.Shard]]:
         """Each shard of ``names`` that can be read and parsed, one at a time."""
@@ -848,7 +854,7 @@ class LocalCAS:
                 path = self.shard_path(name)
                 if not os.path.exists(path):
                     atomic_write(path, data, durable=False, tmp_dir=self.tmp)
-                    written.append(path)
+                written.append(path)  # also one a killed writer left, maybe never synced
                 keep = False
                 self._insert_shard(db, name, shard)
                 keep = True
@@ -887,9 +893,10 @@ class LocalCAS:
     def _forget_shard(self, name: str) -> None:
         """Drop from the index a shard whose file is gone (deleted by hand, or by a prune an
         older gitxet was killed in): its files are then absent, to be fetched from a
-        remote, instead of failing every read of the store."""
+        remote, instead of failing every read of the store. A read-only store keeps its
+        rows (each read then finds the file gone again)."""
         db = self._db()
-        with db:
+        with contextlib.suppress(sqlite3.Error), db:
             db.execute("BEGIN IMMEDIATE")
             db.execute("DELETE FROM files WHERE shard = ?", (name,))
             db.execute("DELETE FROM shards WHERE name = ?", (name,))

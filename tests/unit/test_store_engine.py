@@ -648,6 +648,10 @@ def test_a_shard_file_left_without_index_rows_is_indexed_when_the_store_opens(
     assert young.file_info(fh) is None and not young.has_shard(name)  # may be a live writer's
     old = time.time() - 120
     os.utime(path, (old, old))
+    from gitxet.store.locking import file_lock
+
+    with file_lock(os.path.join(root, "locks", "prune")):  # a prune runs: its shards stay out
+        assert not LocalCAS(root, durable=False).has_shard(name)
     again = LocalCAS(root, durable=False)
     assert again.has_shard(name)
     assert FileReader(again, fh).read(0, 1 << 20) == data
