@@ -52,7 +52,7 @@ from gitxet.errors import StoreError
 from gitxet.hashing import chunk_hash, to_hex
 from gitxet.settings import DEFAULT_CACHE_BYTES
 from gitxet.util import sqlite
-from gitxet.util.atomic import hold_temp, temp_writer_alive
+from gitxet.util.atomic import claim_temp, temp_writer_alive
 from gitxet.util.lru import Lease, LeaseCache, LRUCache
 from gitxet.util.memory import filled_bytes
 from gitxet.util.streams import write_all
@@ -626,7 +626,11 @@ class NodeCache:
         if opened is None:
             return False  # a live writer is writing this very range
         fd, tmp = opened
-        rowid = self._reserve(xorb, cs, ce, dlo, n)
+        try:
+            rowid = self._reserve(xorb, cs, ce, dlo, n)
+        except BaseException:
+            _drop_tmp(fd, tmp)  # never a locked temp file left open: its range is blocked
+            raise
         if rowid is None:
             _drop_tmp(fd, tmp)
             return False
@@ -672,20 +676,10 @@ class NodeCache:
 
     def _open_tmp(self, xorb: bytes, cs: int, ce: int) -> tuple[int, str] | None:
         """Create and lock the range's temp file (kept open for reads once published); None
-        when a live writer holds it. One a dead writer left is removed first."""
+        when a live writer holds it. One a dead writer left is taken over in place."""
         name = self._tmp_of(xorb, cs, ce)
-        for _ in range(2):
-            try:
-                fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            except FileExistsError:
-                if temp_writer_alive(name):
-                    return None
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(name)
-                continue
-            hold_temp(fd)
-            return fd, name
-        return None
+        fd = claim_temp(name)
+        return None if fd is None else (fd, name)
 
     def _writer_alive(self, xorb: bytes, cs: int, ce: int, reserved_at: float, now: float) -> bool:
         """Whether the writer of a reserved range may still publish it: it holds its temp

@@ -28,6 +28,7 @@ __all__ = [
     "atomic_write",
     "atomic_writer",
     "atomic_writer_at",
+    "claim_temp",
     "fsync_dir",
     "hold_temp",
     "remove_stale_temps",
@@ -55,6 +56,30 @@ def hold_temp(fd: int) -> None:
     (see :data:`UNLOCKED_GRACE_SECONDS`; the node cache's range files use it too)."""
     with contextlib.suppress(OSError):
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def claim_temp(path: str, mode: int = 0o600) -> int | None:
+    """Open ``path`` (created if missing, emptied) holding its writer lock, for a temp file
+    whose name several processes may want (a node-cache range): the descriptor, or None
+    while another writer (alive) holds it. A file a dead writer left is taken over in
+    place: the lock is taken on the open file, then checked to still be the one at
+    ``path``, so no second writer can slip in between a create and a lock."""
+    for _ in range(3):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None  # a live writer (or a moment's probe of one): not ours
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path, follow_symlinks=False).st_ino
+        except FileNotFoundError:
+            same = False  # its writer removed it between our open and our lock
+        if same:
+            os.ftruncate(fd, 0)
+            return fd
+        os.close(fd)
+    return None
 
 
 def temp_writer_alive(path: str) -> bool:

@@ -226,3 +226,21 @@ def test_a_created_file_appears_whole_or_not_at_all_and_replaces_nothing(
         assert sorted(os.listdir(tmp_path)) == ["f", "link"]
     finally:
         os.close(fd)
+
+
+def test_claim_temp_takes_a_dead_writers_file_and_never_a_live_ones(tmp_path: Path) -> None:
+    """The node cache's range temp files: a second writer of the same name gets None while
+    the first lives, and a file a dead writer left is taken over in place, emptied."""
+    from gitxet.util.atomic import claim_temp, temp_writer_alive
+
+    name = str(tmp_path / "range.tmp")
+    first = claim_temp(name)
+    assert first is not None and temp_writer_alive(name)
+    os.write(first, b"half a range")
+    assert claim_temp(name) is None  # the first writer lives
+    os.close(first)  # it dies: the kernel drops its lock, its file stays
+    assert not temp_writer_alive(name)
+    second = claim_temp(name)
+    assert second is not None and os.fstat(second).st_size == 0
+    assert os.fstat(second).st_ino == os.stat(name).st_ino
+    os.close(second)
