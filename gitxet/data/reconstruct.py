@@ -765,6 +765,24 @@ class _Sha256PositionalOut(_Sha256Out):
 WHOLE_RUN_CHUNKS = 128
 
 
+def read_chunk_runs(
+    source: ChunkSource, xorb_hash: bytes, start: int, end: int, runs: Sequence[tuple[int, int]]
+) -> list[bytes]:
+    """The decoded, verified bytes of chunks ``[a, b)`` for each ``(a, b)`` of ``runs``
+    (inside ``[start, end)``), read with one ``read_chunks`` of ``[start, end)``; through
+    the source's own ``read_chunk_runs`` where it has one (a local store: each run's bytes
+    copied once, not once per chunk and again per run)."""
+    read = getattr(source, "read_chunk_runs", None)
+    if read is not None:
+        return read(xorb_hash, start, end, runs)  # type: ignore[no-any-return]
+    chunks = source.read_chunks(xorb_hash, start, end)
+    if len(chunks) != end - start:
+        raise IntegrityError(
+            "xorb", to_hex(xorb_hash), f"{len(chunks)} chunks read, {end - start} asked"
+        )
+    return [b"".join(chunks[a - start : b - start]) for a, b in runs]
+
+
 def read_whole_files(source: ChunkSource, files: Sequence[tuple[bytes, int]]) -> list[bytes | None]:
     """The whole bytes of many files (small ones, read together), given as (file hash,
     size), one result per file.
@@ -808,14 +826,15 @@ def read_whole_files(source: ChunkSource, files: Sequence[tuple[bytes, int]]) ->
                 break
             c1 = max(c1, t.chunk_end)
             j += 1
+        run = one_term[k:j]
         try:
-            chunks = source.read_chunks(xorb, c0, c1)
+            got = read_chunk_runs(
+                source, xorb, c0, c1, [(t.chunk_start, t.chunk_end) for t, _ in run]
+            )
         except GitxetError:
-            chunks = []
-        if len(chunks) == c1 - c0:
-            for t, i in one_term[k:j]:
-                got = chunks[t.chunk_start - c0 : t.chunk_end - c0]
-                data = got[0] if len(got) == 1 else b"".join(got)
+            got = []
+        if len(got) == len(run):
+            for (_, i), data in zip(run, got, strict=True):
                 if len(data) == files[i][1]:
                     out[i] = data
         k = j

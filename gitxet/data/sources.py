@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Sequence
 from concurrent.futures import Future
 
-from gitxet.data.reconstruct import ChunkSource, Layout, Segment
+from gitxet.data.reconstruct import ChunkSource, Layout, Segment, read_chunk_runs
 from gitxet.errors import DataUnavailableError, GitxetError, WouldBlockError, XorbNotFoundError
 from gitxet.formats.shard import FileInfo
 from gitxet.hashing import to_hex
@@ -128,6 +128,11 @@ class LayeredSource:
 
     def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
         return self._holder(xorb_hash).read_chunks(xorb_hash, start, end)
+
+    def read_chunk_runs(
+        self, xorb_hash: bytes, start: int, end: int, runs: Sequence[tuple[int, int]]
+    ) -> list[bytes]:
+        return read_chunk_runs(self._holder(xorb_hash), xorb_hash, start, end, runs)
 
     def read_verified_part(self, xorb_hash: bytes, index: int, lo: int, hi: int) -> bytes | None:
         read = getattr(self._holder(xorb_hash), "read_verified_part", None)

@@ -37,7 +37,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from gitxet.errors import (
@@ -47,6 +47,7 @@ from gitxet.errors import (
     ShardFormatError,
     StoreError,
     WouldBlockError,
+    XorbFormatError,
     XorbNotFoundError,
 )
 from gitxet.formats import shard as shardfmt
@@ -197,10 +198,11 @@ class _PreReads:
         self._next = 0
         self._closed = False
 
-    def take(self, xf: _XorbFile, lay: XorbLayout, a: int, b: int) -> memoryview | None:
-        """Bytes ``[a, b)`` of the xorb ``lay`` describes if read ahead through ``xf``
-        (else None); has the bytes after them read ahead when this read continues the
-        last one."""
+    def take(self, xf: _XorbFile, lay: XorbLayout, a: int, b: int) -> list[memoryview] | None:
+        """Bytes ``[a, b)`` (whole chunks) of the xorb ``lay`` describes if read ahead
+        through ``xf``, in parts that each hold whole chunks (blocks end where a chunk
+        does: nothing is joined), else None; has the bytes after them read ahead when this
+        read continues the last one."""
         if bgio.Worker is None:
             return None
         xorb = lay.xorb_hash
@@ -215,9 +217,17 @@ class _PreReads:
             # consumed blocks go; so do another xorb's (the reader moved on)
             keep = [k for k in self._blocks if k.xf is xf and k.end > a]
             top = max((k.end for k in keep), default=b)
-            limit = min(lay.byte_offsets[-1], b + PREREAD_DEPTH * PREREAD_BLOCK)
+            offs = lay.byte_offsets
+            limit = min(offs[-1], b + PREREAD_DEPTH * PREREAD_BLOCK)
             while top < limit and len(keep) <= PREREAD_DEPTH:
-                block = _Block(xorb, xf, top, min(limit, top + PREREAD_BLOCK))
+                # the last chunk start at or before the block's size (a chunk of more
+                # than a block: that chunk's end)
+                end = offs[bisect.bisect_right(offs, min(limit, top + PREREAD_BLOCK)) - 1]
+                if end <= top:
+                    end = offs[bisect.bisect_right(offs, top)] if top < offs[-1] else top
+                if end <= top:
+                    break
+                block = _Block(xorb, xf, top, end)
                 token = self._next
                 self._next += 1
                 if not worker.read(token, xf.fd, block.start, block.end - block.start):
@@ -244,7 +254,7 @@ class _PreReads:
                 block.data = memoryview(data)
         return worker
 
-    def _find(self, xf: _XorbFile, xorb: bytes, a: int, b: int) -> memoryview | None:
+    def _find(self, xf: _XorbFile, xorb: bytes, a: int, b: int) -> list[memoryview] | None:
         parts = []
         at = a
         for k in sorted(self._blocks, key=lambda k: k.start):
@@ -253,7 +263,7 @@ class _PreReads:
             parts.append(k.data[at - k.start : min(b, k.end) - k.start])
             at = min(b, k.end)
             if at == b:
-                return parts[0] if len(parts) == 1 else memoryview(b"".join(parts))
+                return parts
         return None
 
     def close(self) -> None:
@@ -652,6 +662,33 @@ class LocalCAS:
 
     def read_chunks(self, xorb_hash: bytes, start: int, end: int) -> list[bytes]:
         """Decoded chunks ``[start, end)``, each verified against its hash."""
+        return self._read_decoded(xorb_hash, start, end, lambda views: [bytes(v) for v in views])
+
+    def read_chunk_runs(
+        self, xorb_hash: bytes, start: int, end: int, runs: Sequence[tuple[int, int]]
+    ) -> list[bytes]:
+        """The decoded bytes of chunks ``[a, b)`` for each ``(a, b)`` of ``runs`` (inside
+        ``[start, end)``), read, decoded and verified as :meth:`read_chunks` does them: each
+        run's bytes copied once from the read (not once per chunk and again per run)."""
+        for a, b in runs:
+            if not start <= a < b <= end:
+                raise IndexError(f"chunk run [{a}, {b}) outside [{start}, {end})")
+        return self._read_decoded(
+            xorb_hash,
+            start,
+            end,
+            lambda views: [b"".join(views[a - start : b - start]) for a, b in runs],
+        )
+
+    def _read_decoded(
+        self,
+        xorb_hash: bytes,
+        start: int,
+        end: int,
+        use: Callable[[list[memoryview | bytes]], list[bytes]],
+    ) -> list[bytes]:
+        """``use`` of the verified chunks ``[start, end)``: views of the read where a chunk
+        is stored uncompressed, valid only during the call (the read's buffer is reused)."""
         lay = self.layout(xorb_hash)
         hx = to_hex(xorb_hash)
         a, b = self._raw_span(lay, start, end)
@@ -659,11 +696,18 @@ class LocalCAS:
             # decoded at once: read into this thread's reused buffer (the chunks are copies),
             # on an event loop maybe read ahead of it by the C I/O thread
             pre = self._pre.take(xf, lay, a, b) if nowait.active() else None
-            raw = pre if pre is not None else nowait.pread_view(xf.fd, b - a, a)
-            if len(raw) != b - a:
+            parts = pre if pre is not None else [nowait.pread_view(xf.fd, b - a, a)]
+            if sum(len(p) for p in parts) != b - a:
                 raise IntegrityError("xorb", hx, "truncated on disk")
             try:
-                chunks = xorbfmt.decode_chunks(raw, expected_count=end - start)
+                if len(parts) == 1:
+                    chunks = xorbfmt.decode_chunk_views(parts[0], expected_count=end - start)
+                else:  # (parts hold whole chunks)
+                    chunks = [c for p in parts for c in xorbfmt.decode_chunk_views(p)]
+                    if len(chunks) != end - start:
+                        raise XorbFormatError(
+                            "xorb range", f"{len(chunks)} chunks, expected {end - start}"
+                        )
             except FormatError as e:
                 self.quarantine(xorb_hash)
                 raise IntegrityError(
@@ -673,24 +717,23 @@ class LocalCAS:
                 if chunk_hash(c) != lay.chunk_hashes[start + i]:
                     self.quarantine(xorb_hash)
                     raise IntegrityError("xorb", hx, f"chunk {start + i} does not match its hash")
-            self._note_verified(xf, lay, raw, start, end)
+            self._note_verified(xf, lay, chunks, start)
             if not nowait.active():
                 self._read_ahead(xf, lay, start, end)
-        return chunks
+            return use(chunks)
 
     def _note_verified(
-        self, xf: _XorbFile, lay: XorbLayout, raw: memoryview, start: int, end: int
+        self, xf: _XorbFile, lay: XorbLayout, chunks: list[memoryview | bytes], start: int
     ) -> None:
-        """Remember which of the verified chunks ``[start, end)`` (read through ``xf``) are
-        stored uncompressed."""
-        offs = lay.byte_offsets
-        base = offs[start]
+        """Remember which of the verified chunks from ``start`` on (read through ``xf``,
+        decoded by ``decode_chunk_views``: a view where stored uncompressed) are stored
+        uncompressed."""
         with self._lock:
             marks = xf.raw_ok
             if marks is None:
                 marks = xf.raw_ok = bytearray(lay.num_chunks)
-            for i in range(start, end):
-                if raw[offs[i] - base + xorbfmt.CHUNK_SCHEME_OFFSET] == xorbfmt.Scheme.NONE:
+            for i, c in enumerate(chunks, start):
+                if isinstance(c, memoryview):
                     marks[i] = 1
 
     def read_verified_part(self, xorb_hash: bytes, index: int, lo: int, hi: int) -> bytes | None:

@@ -18,6 +18,7 @@ from gitxet.errors import FileNotFoundInCASError, IntegrityError, ShardFormatErr
 from gitxet.formats import shard as shardfmt
 from gitxet.hashing import ZERO_HASH, chunk_hash, to_hex
 from gitxet.store.cas import LocalCAS
+from gitxet.util import nowait
 
 
 def versions(seed: int = 1, size: int = 6 << 20, count: int = 5) -> list[bytes]:
@@ -208,6 +209,30 @@ def test_verified_parts_of_uncompressed_chunks_are_single_preads(tmp_path: str) 
         off = rnd.randrange(len(data))
         n = rnd.choice([1, 512, 4096, rnd.randrange(1, 100_000)])
         assert fr.read(off, n) == data[off : off + n]
+
+
+def test_chunk_runs_are_the_chunks_joined_and_outlive_the_read(tmp_path: str) -> None:
+    """``read_chunk_runs`` gives each run's chunks joined, stored uncompressed or not, and
+    what it returned stays intact after the next read (which reuses the read's buffer);
+    a run outside the read, or a corrupt chunk, is refused."""
+    cas, data, _ = _mixed_file(tmp_path)
+    (xh,) = list(cas.xorb_hashes())
+    n = cas.layout(xh).num_chunks
+    offs = cas.layout(xh).data_offsets
+    assert n >= 4
+    runs = [(0, 1), (1, 3), (3, n)]  # incompressible, then the compressible half last
+    got = cas.read_chunk_runs(xh, 0, n, runs)
+    assert got == [data[offs[a] : offs[b]] for a, b in runs]
+    with nowait.nowait():  # (an event loop's read: the thread's reused buffer)
+        again = cas.read_chunk_runs(xh, 0, n, runs)
+        other = cas.read_chunk_runs(xh, 1, 2, [(1, 2)])
+    assert again == got and other == [data[offs[1] : offs[2]]]
+    with pytest.raises(IndexError):
+        cas.read_chunk_runs(xh, 1, 3, [(0, 2)])
+    corrupt_one_byte(cas.xorb_path(xh), cas.layout(xh).byte_offsets[1] + 100)
+    fresh = LocalCAS(str(tmp_path), durable=False)
+    with pytest.raises(IntegrityError):
+        fresh.read_chunk_runs(xh, 0, n, runs)
 
 
 def test_verified_ranges_across_chunks_are_single_preads(tmp_path: str) -> None:
@@ -511,6 +536,28 @@ def test_shards_are_indexed_one_at_a_time(tmp_path: str) -> None:
     assert found == {names[7]}
 
 
+@pytest.mark.parametrize("cut", ["at a chunk", "inside a chunk"])
+def test_chunks_read_ahead_in_parts_are_decoded_from_each_part(tmp_path: str, cut: str) -> None:
+    """Bytes read ahead come in parts that each hold whole chunks: chunks are decoded from
+    each part, never joined; a part that cuts a chunk (not what the C thread reads: a
+    layout whose offsets lie) is refused, as a corrupt xorb."""
+    cas, _, _ = _mixed_file(tmp_path)
+    (xh,) = list(cas.xorb_hashes())
+    lay = cas.layout(xh)
+    n, offs = lay.num_chunks, lay.byte_offsets
+    whole = cas.read_chunks(xh, 0, n)  # (one read: no parts)
+    with open(cas.xorb_path(xh), "rb") as f:
+        raw = memoryview(f.read())[: offs[n]]
+    at = offs[2] if cut == "at a chunk" else offs[2] + 5
+    cas._pre.take = lambda xf, lay, a, b: [raw[a:at], raw[at:b]]  # type: ignore[method-assign]
+    with nowait.nowait():
+        if cut == "at a chunk":
+            assert cas.read_chunks(xh, 0, n) == whole
+        else:
+            with pytest.raises(IntegrityError):
+                cas.read_chunks(xh, 0, n)
+
+
 def test_an_event_loops_sequential_reads_use_bytes_the_c_thread_read_ahead(
     tmp_path: str,
 ) -> None:
@@ -526,7 +573,7 @@ def test_an_event_loops_sequential_reads_use_bytes_the_c_thread_read_ahead(
     hits = 0
     take = cas._pre.take
 
-    def counted(*args: object) -> memoryview | None:
+    def counted(*args: object) -> list[memoryview] | None:
         nonlocal hits
         got = take(*args)  # type: ignore[arg-type]
         hits += got is not None
@@ -545,6 +592,9 @@ def test_an_event_loops_sequential_reads_use_bytes_the_c_thread_read_ahead(
             got = b"".join(cas.read_chunks(xh, start, end))
         assert got == data[pos : pos + len(got)]
         pos += len(got)
+        # blocks end where chunks do: a read across two is decoded from both, not joined
+        assert {k.start for k in cas._pre._blocks} <= set(lay.byte_offsets)
+        assert {k.end for k in cas._pre._blocks} <= set(lay.byte_offsets)
         worker = cas._pre._worker
         if worker is not None and not hits and cas._pre._pending:
             poll.register(worker.fileno(), select.POLLIN)
