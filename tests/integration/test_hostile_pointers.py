@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.proc import interpreter_path, remote_and_work
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -28,12 +29,8 @@ def ok(cwd: Path, *args: str, data: bytes | None = None) -> str:
 def test_pointer_text_git_reads_or_links_is_never_content(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    remote, work = tmp_path / "remote.git", tmp_path / "work"
-    ok(tmp_path, "git", "init", "-q", "--bare", str(remote))
-    ok(tmp_path, "git", "init", "-q", str(work))
-    ok(work, "git", "remote", "add", "origin", str(remote))
-    ok(work, "git-xet", "init")
+    monkeypatch.setenv("PATH", interpreter_path())
+    remote, work = remote_and_work(tmp_path, dict(os.environ))
     content = os.urandom(300_000)
     (work / "a.bin").write_bytes(content)
     ok(work, "git-xet", "add", "a.bin", ".gitattributes", ".xetconfig")
@@ -114,12 +111,8 @@ def test_pointer_text_in_a_file_git_does_not_filter_stays_text(
     (a pointer kept as an example, a name that differs from a tracked pattern in case) is
     a plain blob: git checks it out as that text, so clone and checkout must too (they
     wrote the pointer's content there, and restated the index so 'git status' hid it)."""
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    remote, work = tmp_path / "remote.git", tmp_path / "work"
-    ok(tmp_path, "git", "init", "-q", "--bare", str(remote))
-    ok(tmp_path, "git", "init", "-q", str(work))
-    ok(work, "git", "remote", "add", "origin", str(remote))
-    ok(work, "git-xet", "init")
+    monkeypatch.setenv("PATH", interpreter_path())
+    remote, work = remote_and_work(tmp_path, dict(os.environ))
     # only *.bin goes through the filter (as in a repository migrated from git-lfs)
     (work / ".gitattributes").write_bytes(b"*.bin filter=xet diff=xet merge=xet -text\n")
     content = os.urandom(300_000)
